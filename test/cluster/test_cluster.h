@@ -1,0 +1,77 @@
+#pragma once
+
+// A real Kubernetes control plane for C++ tests: etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler started by cluster-launcher
+// (test/cluster/launcher) on loopback, in a fresh temporary directory.
+//
+// Owns: the launcher process and the state directory. The launcher runs with
+// --die-with-parent, so a test binary that crashes leaves no servers behind;
+// the destructor stops it in order and removes the directory.
+// Thread-compatible: share one TestCluster between tests of a suite (see
+// TestClusterEnvironment), not between threads without synchronization.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nvdra::testing {
+
+// What a finished command printed and how it ended.
+struct CommandResult {
+  int exit_code = -1;  // -1 when the command did not run or was killed
+  std::string out;
+  std::string err;
+  bool ok() const { return exit_code == 0; }
+};
+
+// Runs argv[0] (looked up in PATH when it has no '/') with `input` on stdin
+// and returns its output. Kills it after `timeout`. Never throws.
+CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input = "",
+                         std::chrono::milliseconds timeout = std::chrono::seconds(120));
+
+class TestCluster {
+ public:
+  // Starts a cluster and waits until it takes workloads (API server ready,
+  // controllers and scheduler healthy, default ServiceAccount created).
+  // Returns nullptr and fills `error` (with the launcher's log) on failure.
+  // `bin_dir` holds cluster-launcher and the servers; empty means the
+  // directory CMake configured (NVDRA_CLUSTER_BIN).
+  static std::unique_ptr<TestCluster> Start(std::string* error, const std::string& bin_dir = "");
+
+  ~TestCluster();
+  TestCluster(const TestCluster&) = delete;
+  TestCluster& operator=(const TestCluster&) = delete;
+
+  const std::filesystem::path& kubeconfig() const { return kubeconfig_; }
+  const std::filesystem::path& dir() const { return dir_; }
+  const std::filesystem::path& bin_dir() const { return bin_dir_; }
+
+  // kubectl against this cluster.
+  CommandResult Kubectl(const std::vector<std::string>& args, const std::string& input = "",
+                        std::chrono::milliseconds timeout = std::chrono::seconds(120)) const;
+  // `kubectl apply -f -` of one JSON object.
+  CommandResult Apply(const nlohmann::json& object) const;
+  // `kubectl get -o json`; nullopt when the object does not exist or the
+  // output is not JSON.
+  std::optional<nlohmann::json> Get(const std::vector<std::string>& args) const;
+
+  // Stops the control plane (SIGTERM, then waits). Idempotent.
+  void Stop();
+
+ private:
+  TestCluster() = default;
+
+  std::filesystem::path dir_;
+  std::filesystem::path bin_dir_;
+  std::filesystem::path kubeconfig_;
+  pid_t launcher_pid_ = -1;
+};
+
+}  // namespace nvdra::testing

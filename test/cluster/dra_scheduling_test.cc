@@ -156,8 +156,12 @@ TEST_F(DraSchedulingTest, SchedulerAllocatesWholeDeviceAndPartitionAndBindsPod) 
   for (const json& result : results) {
     EXPECT_EQ(result["driver"], kDriver);
     EXPECT_EQ(result["pool"], "node-a");
-    if (result["request"] == "whole") EXPECT_EQ(result["device"], "gpu-0");
-    if (result["request"] == "part") EXPECT_TRUE(result["device"] == "gpu-1-part-0" || result["device"] == "gpu-1-part-1");
+    if (result["request"] == "whole") {
+      EXPECT_EQ(result["device"], "gpu-0");
+    } else {
+      EXPECT_EQ(result["request"], "part");
+      EXPECT_TRUE(result["device"] == "gpu-1-part-0" || result["device"] == "gpu-1-part-1") << result;
+    }
     devices.insert(result["device"].get<std::string>());
   }
   EXPECT_EQ(devices.size(), 2u);

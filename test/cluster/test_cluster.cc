@@ -152,7 +152,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
 
 std::unique_ptr<TestCluster> TestCluster::Start(std::string* error, const std::string& bin_dir) {
   std::unique_ptr<TestCluster> cluster(new TestCluster());
-  cluster->bin_dir_ = bin_dir.empty() ? std::filesystem::path(NVDRA_CLUSTER_BIN) : bin_dir;
+  cluster->bin_dir_ = std::filesystem::path(bin_dir.empty() ? std::string(NVDRA_CLUSTER_BIN) : bin_dir);
   const auto launcher = cluster->bin_dir_ / "cluster-launcher";
   if (!std::filesystem::exists(launcher)) {
     *error = launcher.string() + " is missing: run scripts/setup (or test/cluster/build-tools)";

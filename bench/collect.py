@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Collects raw benchmark output into build/bench-results.json and prints a table.
+
+Inputs (in the raw directory given as argv[1]):
+  <name>_bench.json          Google Benchmark JSON (aggregates: the median is used)
+  control_plane_start.txt    one start-up time in seconds per line
+
+A Google Benchmark may name a peer for a figure with a user counter called
+"peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
+"""
+import json
+import os
+import statistics
+import sys
+
+TIME_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def google_benchmark(path, results):
+    with open(path) as f:
+        data = json.load(f)
+    for b in data.get("benchmarks", []):
+        if b.get("aggregate_name", "median") != "median":
+            continue
+        name = b.get("run_name", b["name"]).replace("/", "_")
+        ns = b["real_time"] * TIME_UNITS[b.get("time_unit", "ns")]
+        entry = {"name": name, "value": round(ns, 1), "unit": "ns", "better": "lower"}
+        label = b.get("label", "")
+        if label.startswith("peer="):
+            entry["peer"] = label[len("peer="):]
+            if "peer_ns" in b:
+                entry["peer_value"] = b["peer_ns"]
+        results.append(entry)
+        for key, value in b.items():
+            # Counters that the benchmark reports itself (bytes, RSS, ...).
+            if key.startswith("rss_") or key.endswith("_bytes"):
+                results.append({"name": f"{name}_{key}", "value": value, "unit": "bytes", "better": "lower"})
+
+
+def main():
+    raw, out = sys.argv[1], sys.argv[2]
+    results = []
+    for entry in sorted(os.listdir(raw)):
+        path = os.path.join(raw, entry)
+        if entry.endswith("_bench.json"):
+            google_benchmark(path, results)
+    start = os.path.join(raw, "control_plane_start.txt")
+    if os.path.exists(start):
+        with open(start) as f:
+            times = [float(line) for line in f if line.strip()]
+        if times:
+            results.append({"name": "control_plane_start", "value": round(statistics.median(times), 2),
+                            "unit": "s", "better": "lower"})
+    with open(out, "w") as f:
+        json.dump({"results": results}, f, indent=2)
+        f.write("\n")
+    width = max([len(r["name"]) for r in results] + [4])
+    print(f"{'name':<{width}}  {'value':>14}  unit   better  peer")
+    for r in results:
+        peer = f"{r['peer']}={r['peer_value']}" if "peer" in r and "peer_value" in r else ""
+        print(f"{r['name']:<{width}}  {r['value']:>14}  {r['unit']:<5}  {r['better']:<6}  {peer}")
+    print(f"wrote {out} ({len(results)} results)")
+
+
+if __name__ == "__main__":
+    main()

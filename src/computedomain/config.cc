@@ -1,0 +1,165 @@
+#include "computedomain/config.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace nvdra::computedomain {
+
+using common::FailedPreconditionError;
+using common::InvalidArgumentError;
+using common::OkStatus;
+using common::Status;
+using common::WithEnv;
+
+Status ImexFlags::Validate(const common::FeatureGates& gates) const {
+  if (mode == "hostManaged") {
+    if (!gates.Enabled(common::kHostManagedIMEXDaemon)) {
+      return InvalidArgumentError(
+          "--imex-mode=hostManaged needs feature gate HostManagedIMEXDaemon: set "
+          "--feature-gates=HostManagedIMEXDaemon=true or --imex-mode=driverManaged");
+    }
+  } else if (mode != "driverManaged") {
+    return InvalidArgumentError(
+        fmt::format("--imex-mode: \"{}\" is not driverManaged or hostManaged", mode));
+  }
+  if (isolation == "channel") {
+    return InvalidArgumentError(
+        "--imex-isolation=channel is not supported yet (per-workload IMEX channels); use domain");
+  }
+  if (isolation != "domain" && !isolation.empty()) {
+    return InvalidArgumentError(
+        fmt::format("--imex-isolation: \"{}\" is not domain or channel", isolation));
+  }
+  return OkStatus();
+}
+
+void AddImexFlags(CLI::App& app, ImexFlags& flags) {
+  WithEnv(app.add_option("--imex-mode", flags.mode,
+                         "Who runs nvidia-imex: driverManaged (per-domain daemons) or hostManaged")
+              ->capture_default_str(),
+          {"IMEX_MODE"});
+  WithEnv(app.add_option("--imex-isolation", flags.isolation,
+                         "IMEX isolation between workloads: domain")
+              ->capture_default_str(),
+          {"IMEX_ISOLATION"});
+}
+
+Status PluginConfig::Validate(const common::FeatureGates& gates) const {
+  if (Status status = plugin.Validate(); !status.ok()) return status;
+  if (Status status = kube_client.Validate(); !status.ok()) return status;
+  if (Status status = metrics.Validate(); !status.ok()) return status;
+  if (Status status = imex.Validate(gates); !status.ok()) return status;
+  if (imex.host_managed() && imex_host_socket_path.empty()) {
+    return InvalidArgumentError("--imex-host-socket-path is required with --imex-mode=hostManaged");
+  }
+  return OkStatus();
+}
+
+void AddPluginFlags(CLI::App& app, PluginConfig& config) {
+  kubeletplugin::AddKubeletPluginFlags(app, config.plugin);
+  WithEnv(app.add_flag("--gpu-clique-label-enabled", config.gpu_clique_label_enabled,
+                       "Label the node with its GPU clique (nvidia.com/gpu.clique)"),
+          {"GPU_CLIQUE_LABEL_ENABLED"});
+  AddImexFlags(app, config.imex);
+  WithEnv(app.add_option("--imex-host-socket-path", config.imex_host_socket_path,
+                         "Control socket of the host's nvidia-imex (hostManaged mode)")
+              ->capture_default_str(),
+          {"IMEX_HOST_SOCKET_PATH"});
+  common::AddMetricsFlags(app, config.metrics);
+  common::AddKubeClientFlags(app, config.kube_client);
+}
+
+Status ControllerConfig::Validate(const common::FeatureGates& gates) const {
+  if (pod_name.empty()) return InvalidArgumentError("--pod-name (POD_NAME) is required");
+  if (driver_namespace.empty()) return InvalidArgumentError("--namespace must not be empty");
+  if (image_name.empty()) return InvalidArgumentError("--image-name (IMAGE_NAME) is required");
+  if (log_verbosity_cd_daemon < 0) {
+    return InvalidArgumentError(
+        "--log-verbosity-cd-daemon (LOG_VERBOSITY_CD_DAEMON) is required and must be >= 0");
+  }
+  if (max_nodes_per_imex_domain <= 0) {
+    return InvalidArgumentError(fmt::format(
+        "--max-nodes-per-imex-domain: must be positive, got {}", max_nodes_per_imex_domain));
+  }
+  if (!pprof_path.empty() && pprof_path.front() != '/') {
+    return InvalidArgumentError(
+        fmt::format("--pprof-path: \"{}\" must start with '/'", pprof_path));
+  }
+  if (Status status = kube_client.Validate(); !status.ok()) return status;
+  if (Status status = metrics.Validate(); !status.ok()) return status;
+  if (Status status = leader_election.Validate(); !status.ok()) return status;
+  return imex.Validate(gates);
+}
+
+void AddControllerFlags(CLI::App& app, ControllerConfig& config) {
+  WithEnv(app.add_option("--pod-name", config.pod_name, "Name of this controller's pod"),
+          {"POD_NAME"});
+  WithEnv(app.add_option("--namespace", config.driver_namespace, "Namespace of the driver")
+              ->capture_default_str(),
+          {"NAMESPACE"});
+  WithEnv(app.add_option("--image-name", config.image_name,
+                         "Image of this driver, used for compute-domain daemons"),
+          {"IMAGE_NAME"});
+  WithEnv(app.add_option("--cd-daemon-image-pull-secret-names",
+                         config.cd_daemon_image_pull_secret_names,
+                         "Comma-separated image pull secrets for compute-domain daemons")
+              ->delimiter(','),
+          {"CD_DAEMON_IMAGE_PULL_SECRET_NAMES"});
+  WithEnv(app.add_option("--log-verbosity-cd-daemon", config.log_verbosity_cd_daemon,
+                         "-v passed to compute-domain daemons"),
+          {"LOG_VERBOSITY_CD_DAEMON"});
+  WithEnv(app.add_option("--max-nodes-per-imex-domain", config.max_nodes_per_imex_domain,
+                         "Most nodes in one IMEX domain")
+              ->capture_default_str(),
+          {"MAX_NODES_PER_IMEX_DOMAIN"});
+  AddImexFlags(app, config.imex);
+  common::AddMetricsFlags(app, config.metrics);
+  WithEnv(app.add_option("--pprof-path", config.pprof_path,
+                         "HTTP path for profiling data; empty disables it"),
+          {"PPROF_PATH"});
+  WithEnv(app.add_option("--additional-namespaces", config.additional_namespaces,
+                         "Comma-separated namespaces, besides --namespace, for daemon DaemonSets")
+              ->delimiter(','),
+          {"ADDITIONAL_NAMESPACES"});
+  common::AddKubeClientFlags(app, config.kube_client);
+  common::AddLeaderElectionFlags(app, config.leader_election);
+}
+
+Status DaemonConfig::ValidateForRun() const {
+  if (compute_domain_uuid.empty()) {
+    return FailedPreconditionError(
+        "--compute-domain-uuid (COMPUTE_DOMAIN_UUID) is empty: the CDI edits of the daemon's "
+        "claim were not applied; is CDI enabled in the container runtime?");
+  }
+  if (max_nodes_per_imex_domain < 0) {
+    return InvalidArgumentError(fmt::format(
+        "--max-nodes-per-imex-domain: must not be negative, got {}", max_nodes_per_imex_domain));
+  }
+  return OkStatus();
+}
+
+void AddDaemonFlags(CLI::App& app, DaemonConfig& config) {
+  const auto add = [&app](const std::string& flag, std::string& target, const std::string& help,
+                          std::string_view env) {
+    WithEnv(app.add_option(flag, target, help), {env});
+  };
+  add("--cliqueid", config.clique_id, "NVLink clique ID of this node", "CLIQUE_ID");
+  add("--compute-domain-uuid", config.compute_domain_uuid, "UID of the ComputeDomain",
+      "COMPUTE_DOMAIN_UUID");
+  add("--compute-domain-name", config.compute_domain_name, "Name of the ComputeDomain",
+      "COMPUTE_DOMAIN_NAME");
+  WithEnv(app.add_option("--compute-domain-namespace", config.compute_domain_namespace,
+                         "Namespace of the ComputeDomain")
+              ->capture_default_str(),
+          {"COMPUTE_DOMAIN_NAMESPACE"});
+  add("--node-name", config.node_name, "Name of this node", "NODE_NAME");
+  add("--pod-ip", config.pod_ip, "IP address of this pod", "POD_IP");
+  add("--pod-uid", config.pod_uid, "UID of this pod", "POD_UID");
+  add("--pod-name", config.pod_name, "Name of this pod", "POD_NAME");
+  add("--pod-namespace", config.pod_namespace, "Namespace of this pod", "POD_NAMESPACE");
+  WithEnv(app.add_option("--max-nodes-per-imex-domain", config.max_nodes_per_imex_domain,
+                         "Most nodes in one IMEX domain"),
+          {"MAX_NODES_PER_IMEX_DOMAIN"});
+}
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,106 @@
+#include "gpu/config.h"
+
+#include <charconv>
+#include <cstdint>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+namespace nvdra::gpu {
+namespace {
+
+using common::InvalidArgumentError;
+using common::OkStatus;
+using common::Status;
+using common::WithEnv;
+
+bool ParsePositiveInt(std::string_view text) {
+  std::uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() && value > 0;
+}
+
+bool ParseUnsigned(std::string_view text) {
+  std::uint32_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() && !text.empty();
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  return text;
+}
+
+}  // namespace
+
+Status PluginConfig::Validate(const common::FeatureGates& gates) const {
+  if (Status status = plugin.Validate(); !status.ok()) return status;
+  if (Status status = kube_client.Validate(); !status.ok()) return status;
+  if (Status status = metrics.Validate(); !status.ok()) return status;
+  if (image_name.empty()) return InvalidArgumentError("--image-name (IMAGE_NAME) is required");
+  if (!image_pull_policy.empty() && image_pull_policy != "Always" &&
+      image_pull_policy != "IfNotPresent" && image_pull_policy != "Never") {
+    return InvalidArgumentError(fmt::format(
+        "--image-pull-policy: \"{}\" is not one of Always, IfNotPresent, Never", image_pull_policy));
+  }
+  if (gates.Enabled(common::kPassthroughSupport) && host_root.empty()) {
+    return InvalidArgumentError("--host-root is required when PassthroughSupport is enabled");
+  }
+  std::string_view xids = additional_xids_to_ignore;
+  while (!Trim(xids).empty()) {
+    const auto comma = xids.find(',');
+    const std::string_view xid = Trim(xids.substr(0, comma));
+    if (!ParseUnsigned(xid)) {
+      return InvalidArgumentError(fmt::format(
+          "--additional-xids-to-ignore: \"{}\" is not an unsigned integer", xid));
+    }
+    xids = comma == std::string_view::npos ? std::string_view() : xids.substr(comma + 1);
+  }
+  const std::string_view shares = consumable_shares;
+  if (shares != "disabled" && shares != "memory" && shares != "unlimited" &&
+      !ParsePositiveInt(shares)) {
+    return InvalidArgumentError(fmt::format(
+        "--consumable-shares: \"{}\" is not disabled, memory, unlimited or a positive integer",
+        shares));
+  }
+  if (shares != "disabled" && !gates.Enabled(common::kConsumableShares)) {
+    return InvalidArgumentError(fmt::format(
+        "--consumable-shares={} needs feature gate ConsumableShares: set "
+        "--feature-gates=ConsumableShares=true or --consumable-shares=disabled",
+        shares));
+  }
+  return OkStatus();
+}
+
+void AddFlags(CLI::App& app, PluginConfig& config) {
+  kubeletplugin::AddKubeletPluginFlags(app, config.plugin);
+  WithEnv(app.add_option("--host-root", config.host_root,
+                         "Where the host's root file system is mounted (PassthroughSupport)")
+              ->capture_default_str(),
+          {"HOST_ROOT"});
+  WithEnv(app.add_option("--image-name", config.image_name,
+                         "Image of this driver, used for MPS control daemons"),
+          {"IMAGE_NAME"});
+  WithEnv(app.add_option("--image-pull-secrets", config.image_pull_secrets,
+                         "Comma-separated image pull secrets for MPS control daemons"),
+          {"IMAGE_PULL_SECRETS"});
+  WithEnv(app.add_option("--image-pull-policy", config.image_pull_policy,
+                         "Image pull policy for MPS control daemons"),
+          {"IMAGE_PULL_POLICY"});
+  WithEnv(app.add_option("--service-account-name", config.service_account_name,
+                         "Service account for MPS control daemons"),
+          {"SERVICE_ACCOUNT_NAME"});
+  WithEnv(app.add_option("--additional-xids-to-ignore", config.additional_xids_to_ignore,
+                         "Comma-separated XIDs the health check ignores, besides the defaults"),
+          {"ADDITIONAL_XIDS_TO_IGNORE"});
+  WithEnv(app.add_option("--consumable-shares", config.consumable_shares,
+                         "Consumable capacity per device: disabled, memory, unlimited or a "
+                         "positive integer (needs ConsumableShares)")
+              ->capture_default_str(),
+          {"CONSUMABLE_SHARES"});
+  common::AddMetricsFlags(app, config.metrics);
+  common::AddKubeClientFlags(app, config.kube_client);
+}
+
+}  // namespace nvdra::gpu

@@ -1,0 +1,104 @@
+#include "computedomain/config.h"
+
+#include <CLI/CLI.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "env_for_test.h"
+
+namespace nvdra::computedomain {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using nvdra::testing::ParseArgs;
+using nvdra::testing::ScopedEnv;
+
+common::FeatureGates Gates(std::string_view text) { return *common::FeatureGates::Parse(text); }
+
+TEST(ImexFlagsTest, HostManagedNeedsGate) {
+  ImexFlags imex;
+  imex.mode = "hostManaged";
+  EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(),
+              HasSubstr("HostManagedIMEXDaemon"));
+  EXPECT_TRUE(imex.Validate(Gates("HostManagedIMEXDaemon=true")).ok());
+}
+
+TEST(ImexFlagsTest, ChannelIsolationAndUnknownModeAreRejected) {
+  ImexFlags imex;
+  imex.isolation = "channel";
+  EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(),
+              HasSubstr("--imex-isolation=channel is not supported"));
+  imex = ImexFlags{};
+  imex.mode = "selfManaged";
+  EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(),
+              HasSubstr("--imex-mode"));
+}
+
+TEST(CdPluginConfigTest, EnvironmentFillsFlags) {
+  ScopedEnv a("NODE_NAME", "n1"), b("GPU_CLIQUE_LABEL_ENABLED", "true"),
+      c("IMEX_MODE", "driverManaged"), d("IMEX_HOST_SOCKET_PATH", "/s.sock");
+  CLI::App app;
+  PluginConfig config;
+  AddPluginFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
+  EXPECT_EQ(config.plugin.node_name, "n1");
+  EXPECT_TRUE(config.gpu_clique_label_enabled);
+  EXPECT_EQ(config.imex_host_socket_path, "/s.sock");
+  EXPECT_TRUE(config.Validate(common::FeatureGates::Defaults()).ok());
+}
+
+TEST(ControllerConfigTest, DefaultsAndEnvironmentMatchUpstream) {
+  ScopedEnv a("POD_NAME", "ctrl-0"), b("IMAGE_NAME", "img"), c("LOG_VERBOSITY_CD_DAEMON", "4"),
+      d("ADDITIONAL_NAMESPACES", "a,b"), e("CD_DAEMON_IMAGE_PULL_SECRET_NAMES", "s1"),
+      f("MAX_NODES_PER_IMEX_DOMAIN", nullptr);
+  CLI::App app;
+  ControllerConfig config;
+  AddControllerFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
+  EXPECT_EQ(config.pod_name, "ctrl-0");
+  EXPECT_EQ(config.log_verbosity_cd_daemon, 4);
+  EXPECT_EQ(config.max_nodes_per_imex_domain, 18);
+  EXPECT_THAT(config.additional_namespaces, ElementsAre("a", "b"));
+  EXPECT_THAT(config.cd_daemon_image_pull_secret_names, ElementsAre("s1"));
+  EXPECT_FALSE(config.leader_election.enabled);
+  EXPECT_TRUE(config.Validate(common::FeatureGates::Defaults()).ok());
+}
+
+TEST(ControllerConfigTest, RequiredFlagsAreNamed) {
+  ControllerConfig config;
+  const common::FeatureGates gates = common::FeatureGates::Defaults();
+  EXPECT_THAT(config.Validate(gates).message(), HasSubstr("--pod-name (POD_NAME)"));
+  config.pod_name = "p";
+  EXPECT_THAT(config.Validate(gates).message(), HasSubstr("--image-name (IMAGE_NAME)"));
+  config.image_name = "i";
+  EXPECT_THAT(config.Validate(gates).message(),
+              HasSubstr("--log-verbosity-cd-daemon (LOG_VERBOSITY_CD_DAEMON)"));
+  config.log_verbosity_cd_daemon = 2;
+  EXPECT_TRUE(config.Validate(gates).ok());
+}
+
+TEST(DaemonConfigTest, RunNeedsComputeDomainUuidFromCdiEdits) {
+  DaemonConfig config;
+  const common::Status status = config.ValidateForRun();
+  EXPECT_EQ(status.code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("COMPUTE_DOMAIN_UUID"));
+  config.compute_domain_uuid = "6f1c";
+  EXPECT_TRUE(config.ValidateForRun().ok());
+}
+
+TEST(DaemonConfigTest, EnvironmentFillsFlags) {
+  ScopedEnv a("CLIQUE_ID", "c.1"), b("COMPUTE_DOMAIN_UUID", "u"), c("POD_IP", "10.0.0.1"),
+      d("COMPUTE_DOMAIN_NAMESPACE", nullptr);
+  CLI::App app;
+  DaemonConfig config;
+  AddDaemonFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
+  EXPECT_EQ(config.clique_id, "c.1");
+  EXPECT_EQ(config.compute_domain_uuid, "u");
+  EXPECT_EQ(config.pod_ip, "10.0.0.1");
+  EXPECT_EQ(config.compute_domain_namespace, "default");
+}
+
+}  // namespace
+}  // namespace nvdra::computedomain

@@ -1,0 +1,298 @@
+#include "gpu/published_devices.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "k8s/quantity.h"
+
+namespace nvdra::gpu {
+namespace {
+
+using common::StatusOr;
+
+constexpr const char* kPciBusIdAttribute = "resource.kubernetes.io/pciBusID";
+constexpr const char* kPcieRootAttribute = "resource.kubernetes.io/pcieRoot";
+constexpr const char* kNumaNodeAttribute = "resource.kubernetes.io/numaNode";
+constexpr std::int64_t kMiB = 1024 * 1024;
+
+// Versions every device of the node shares, normalised once.
+struct NodeVersions {
+  std::string driver;
+  std::string cuda_driver;
+};
+
+struct GpuVersions {
+  std::string compute_capability;
+};
+
+// Attributes a MIG device shares with its parent GPU (CommonAttributesMig
+// upstream) and the full GPU's own, minus type/uuid/profile.
+void AddParentAttributes(const GpuInfo& gpu, const NodeVersions& node, const GpuVersions& versions,
+                         const PublishOptions& options, PublishedDevice& device) {
+  auto& a = device.attributes;
+  a["productName"] = gpu.product_name;
+  a["brand"] = gpu.brand;
+  a["architecture"] = gpu.architecture;
+  a["cudaComputeCapability"] = Version{versions.compute_capability};
+  a["driverVersion"] = Version{node.driver};
+  a["cudaDriverVersion"] = Version{node.cuda_driver};
+  a[kPciBusIdAttribute] = gpu.pci.bus_id;
+  if (gpu.pcie_root) a[kPcieRootAttribute] = *gpu.pcie_root;
+  if (gpu.numa_node && *gpu.numa_node >= 0) {
+    if (options.list_type_attributes) {
+      a[kNumaNodeAttribute] = std::vector<std::int64_t>{*gpu.numa_node};
+    } else {
+      a[kNumaNodeAttribute] = static_cast<std::int64_t>(*gpu.numa_node);
+    }
+  }
+  if (gpu.addressing_mode) a["addressingMode"] = *gpu.addressing_mode;
+}
+
+// The seven per-profile dimensions (CommonCapacitiesMig upstream).
+std::map<std::string, std::int64_t> MigCapacities(const nvml::GpuInstanceProfile& gi) {
+  return {
+      {"multiprocessors", gi.multiprocessor_count},
+      {"copyEngines", gi.copy_engine_count},
+      {"decoders", gi.decoder_count},
+      {"encoders", gi.encoder_count},
+      {"jpegEngines", gi.jpeg_count},
+      {"ofaEngines", gi.ofa_count},
+      {"memory", static_cast<std::int64_t>(gi.memory_size_mb) * kMiB},
+  };
+}
+
+// "copyEngines" -> "copy-engines": counters use DNS labels.
+std::string CamelToDns(const std::string& name) {
+  std::string out;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    char c = name[i];
+    bool upper = c >= 'A' && c <= 'Z';
+    if (upper && i > 0) {
+      char prev = name[i - 1];
+      bool prev_lower_or_digit = (prev >= 'a' && prev <= 'z') || (prev >= '0' && prev <= '9');
+      bool next_lower = i + 1 < name.size() && name[i + 1] >= 'a' && name[i + 1] <= 'z';
+      bool prev_upper = prev >= 'A' && prev <= 'Z';
+      if (prev_lower_or_digit || (prev_upper && next_lower)) out.push_back('-');
+    }
+    out.push_back(c);
+  }
+  return ToRfc1123(out);
+}
+
+std::map<std::string, std::int64_t> Counters(const std::map<std::string, std::int64_t>& capacities,
+                                             std::uint32_t slice_start, std::uint32_t slice_count) {
+  std::map<std::string, std::int64_t> counters;
+  for (const auto& [name, value] : capacities) counters[CamelToDns(name)] = value;
+  for (std::uint32_t i = slice_start; i < slice_start + slice_count; ++i) {
+    counters[fmt::format("memory-slice-{}", i)] = 1;
+  }
+  return counters;
+}
+
+std::string CounterSetName(const GpuInfo& gpu) {
+  return ToRfc1123(GpuDeviceName(gpu.minor) + "-counter-set");
+}
+
+PublishedDevice FullGpu(const GpuInfo& gpu, const NodeVersions& node, const GpuVersions& versions,
+                        const PublishOptions& options) {
+  PublishedDevice device;
+  device.name = GpuDeviceName(gpu.minor);
+  device.attributes["type"] = std::string("gpu");
+  device.attributes["uuid"] = gpu.uuid;
+  AddParentAttributes(gpu, node, versions, options, device);
+  if (options.fabric_manager_partitioning && gpu.module_id && *gpu.module_id != 0) {
+    device.attributes["gpuModuleID"] = static_cast<std::int64_t>(*gpu.module_id);
+  }
+  if (gpu.memory_bytes) device.capacity["memory"] = static_cast<std::int64_t>(*gpu.memory_bytes);
+  return device;
+}
+
+PublishedDevice MigDevice(const GpuInfo& gpu, const std::string& profile,
+                          const nvml::GpuInstanceProfile& gi,
+                          nvml::GpuInstancePlacement placement, const NodeVersions& node,
+                          const GpuVersions& versions, const PublishOptions& options) {
+  PublishedDevice device;
+  device.name = MigDeviceName(gpu.minor, profile, gi.id, placement.start);
+  device.attributes["type"] = std::string("mig");
+  device.attributes["parentUUID"] = gpu.uuid;
+  device.attributes["profile"] = profile;
+  AddParentAttributes(gpu, node, versions, options, device);
+  device.capacity = MigCapacities(gi);
+  return device;
+}
+
+void SortByName(std::vector<PublishedDevice>& devices) {
+  std::sort(devices.begin(), devices.end(),
+            [](const PublishedDevice& a, const PublishedDevice& b) { return a.name < b.name; });
+}
+
+// DynamicMIG publishes a GPU's profiles when it can change MIG mode without a
+// reset (Hopper and later), or when MIG is on already (Ampere).
+bool DynamicMigCapable(const GpuInfo& gpu) {
+  if (!gpu.mig_capable) return false;
+  bool toggles_without_reset = gpu.architecture == "Hopper" || gpu.architecture == "Blackwell" ||
+                               gpu.architecture == "Rubin";
+  return toggles_without_reset || gpu.mig_enabled;
+}
+
+void AddDynamicMig(const GpuInfo& gpu, const NodeVersions& node, const GpuVersions& versions,
+                   const PublishOptions& options, PublishedResources& out) {
+  std::map<std::string, std::int64_t> max_capacity;
+  std::vector<PublishedDevice> parts;
+  std::set<std::string> seen;
+  const std::uint32_t slices = gpu.MemorySliceCount();
+  for (const MigProfileInfo& profile : gpu.mig_profiles) {
+    // The 1-slice REV1 compute profile names the same devices as 1_SLICE.
+    if (profile.ci_profile_index == 0x7) continue;
+    std::string profile_name = profile.name.ToString();
+    for (const auto& placement : profile.placements) {
+      PublishedDevice device =
+          MigDevice(gpu, profile_name, profile.gi, placement, node, versions, options);
+      for (const auto& [name, value] : device.capacity) {
+        max_capacity[name] = std::max(max_capacity[name], value);
+      }
+      if (!seen.insert(device.name).second) continue;
+      device.consumes_counters.push_back(
+          {CounterSetName(gpu), Counters(device.capacity, placement.start, placement.size)});
+      parts.push_back(std::move(device));
+    }
+  }
+  // An Ampere GPU with MIG on cannot give its whole self without a reset.
+  bool publish_full = !gpu.mig_enabled || gpu.architecture != "Ampere";
+  if (publish_full) {
+    PublishedDevice full = FullGpu(gpu, node, versions, options);
+    if (!max_capacity.empty()) {
+      full.capacity = max_capacity;
+      full.consumes_counters.push_back({CounterSetName(gpu), Counters(max_capacity, 0, slices)});
+    }
+    out.devices.push_back(std::move(full));
+  }
+  SortByName(parts);
+  for (auto& part : parts) out.devices.push_back(std::move(part));
+  if (!max_capacity.empty()) {
+    out.counter_sets.push_back({CounterSetName(gpu), Counters(max_capacity, 0, slices)});
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> NormalizeVersion(const std::string& text) {
+  std::string_view rest = text;
+  if (!rest.empty() && rest.front() == 'v') rest.remove_prefix(1);
+  std::string core(rest.substr(0, rest.find_first_of("-+")));
+  std::string suffix(rest.substr(core.size()));
+  std::vector<std::uint64_t> numbers;
+  std::size_t pos = 0;
+  while (pos <= core.size()) {
+    std::size_t dot = core.find('.', pos);
+    std::string_view part = std::string_view(core).substr(
+        pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    std::uint64_t value = 0;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || ec != std::errc() || end != part.data() + part.size()) {
+      return common::InvalidArgumentError(
+          fmt::format("version \"{}\" is not a version (want up to three dot-separated numbers)", text));
+    }
+    numbers.push_back(value);
+    if (dot == std::string::npos) break;
+    pos = dot + 1;
+  }
+  if (numbers.empty() || numbers.size() > 3) {
+    return common::InvalidArgumentError(
+        fmt::format("version \"{}\" has {} numbers; a semantic version has at most three", text,
+                    numbers.size()));
+  }
+  numbers.resize(3, 0);
+  return fmt::format("{}.{}.{}{}", numbers[0], numbers[1], numbers[2], suffix);
+}
+
+StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& inventory,
+                                                     const PublishOptions& options) {
+  NodeVersions node;
+  ASSIGN_OR_RETURN(node.driver, NormalizeVersion(inventory.driver_version));
+  ASSIGN_OR_RETURN(node.cuda_driver, NormalizeVersion(inventory.cuda_driver_version));
+  PublishedResources out;
+  for (const GpuInfo& gpu : inventory.gpus) {
+    GpuVersions versions;
+    ASSIGN_OR_RETURN(versions.compute_capability, NormalizeVersion(gpu.cuda_compute_capability));
+    if (options.dynamic_mig && DynamicMigCapable(gpu)) {
+      AddDynamicMig(gpu, node, versions, options, out);
+      continue;
+    }
+    if (!gpu.mig_enabled) {
+      out.devices.push_back(FullGpu(gpu, node, versions, options));
+      continue;
+    }
+    std::vector<PublishedDevice> migs;
+    for (const MigDeviceInfo& mig : gpu.mig_devices) {
+      PublishedDevice device =
+          MigDevice(gpu, mig.profile, mig.gi, mig.placement, node, versions, options);
+      device.attributes["uuid"] = mig.uuid;
+      for (std::uint32_t i = mig.placement.start; i < mig.placement.start + mig.placement.size; ++i) {
+        device.capacity[fmt::format("memorySlice{}", i)] = 1;
+      }
+      migs.push_back(std::move(device));
+    }
+    SortByName(migs);
+    for (auto& device : migs) out.devices.push_back(std::move(device));
+  }
+  return out;
+}
+
+nlohmann::json DeviceToJson(const PublishedDevice& device) {
+  nlohmann::json attributes = nlohmann::json::object();
+  for (const auto& [name, value] : device.attributes) {
+    nlohmann::json v;
+    std::visit(
+        [&v](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::string>) {
+            v["string"] = x;
+          } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            v["int"] = x;
+          } else if constexpr (std::is_same_v<T, bool>) {
+            v["bool"] = x;
+          } else if constexpr (std::is_same_v<T, Version>) {
+            v["version"] = x.value;
+          } else {
+            v["ints"] = x;
+          }
+        },
+        value);
+    attributes[name] = std::move(v);
+  }
+  nlohmann::json out = {{"name", device.name}, {"attributes", std::move(attributes)}};
+  if (!device.capacity.empty()) {
+    nlohmann::json capacity = nlohmann::json::object();
+    for (const auto& [name, value] : device.capacity) {
+      capacity[name] = {{"value", k8s::FormatBinarySI(value)}};
+    }
+    out["capacity"] = std::move(capacity);
+  }
+  if (!device.consumes_counters.empty()) {
+    nlohmann::json consumes = nlohmann::json::array();
+    for (const auto& c : device.consumes_counters) {
+      nlohmann::json counters = nlohmann::json::object();
+      for (const auto& [name, value] : c.counters) {
+        counters[name] = {{"value", k8s::FormatBinarySI(value)}};
+      }
+      consumes.push_back({{"counterSet", c.counter_set}, {"counters", std::move(counters)}});
+    }
+    out["consumesCounters"] = std::move(consumes);
+  }
+  return out;
+}
+
+nlohmann::json CounterSetToJson(const CounterSet& set) {
+  nlohmann::json counters = nlohmann::json::object();
+  for (const auto& [name, value] : set.counters) {
+    counters[name] = {{"value", k8s::FormatBinarySI(value)}};
+  }
+  return {{"name", set.name}, {"counters", std::move(counters)}};
+}
+
+}  // namespace nvdra::gpu

@@ -1,0 +1,87 @@
+#pragma once
+
+// What the GPU plugin publishes in its ResourceSlices, built from a
+// NodeInventory: device names, attributes, capacities and (DynamicMIG) counter
+// sets, exactly as upstream spells them (../shared/reference/
+// upstream-inventory.md section 3.1), because DeviceClass CEL selectors and
+// users' claims match on them.
+//
+//   MIG off:              gpu-<minor> with memory.
+//   MIG on (static):      one device per existing MIG device, with uuid and
+//                         memorySlice<i> capacities; no full GPU.
+//   DynamicMIG:           the full GPU (unless an Ampere GPU already has MIG
+//                         on) with per-dimension maximum capacities, plus every
+//                         profile x placement; all consume counters of the
+//                         GPU's counter set gpu-<minor>-counter-set.
+//
+// Not here yet: VFIO twins (PassthroughSupport) and Fabric Manager partition
+// attributes, which need sysfs PCI enumeration and the FM API.
+// Thread-safety: values and pure functions.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "gpu/discovery.h"
+
+namespace nvdra::gpu {
+
+// A semantic version attribute value ("580.159.4").
+struct Version {
+  std::string value;
+  friend bool operator==(const Version&, const Version&) = default;
+};
+
+using AttributeValue = std::variant<std::string, std::int64_t, bool, Version, std::vector<std::int64_t>>;
+
+struct CounterConsumption {
+  std::string counter_set;
+  std::map<std::string, std::int64_t> counters;
+};
+
+struct PublishedDevice {
+  std::string name;
+  // Unqualified names are in the driver's domain (gpu.nvidia.com);
+  // Kubernetes' standard ones carry their "resource.kubernetes.io/" prefix.
+  std::map<std::string, AttributeValue> attributes;
+  std::map<std::string, std::int64_t> capacity;  // published as BinarySI quantities
+  std::vector<CounterConsumption> consumes_counters;
+};
+
+struct CounterSet {
+  std::string name;
+  std::map<std::string, std::int64_t> counters;
+};
+
+struct PublishedResources {
+  std::vector<PublishedDevice> devices;  // per GPU in index order; a GPU's MIG devices by name
+  std::vector<CounterSet> counter_sets;
+};
+
+struct PublishOptions {
+  bool dynamic_mig = false;                  // gate DynamicMIG
+  bool fabric_manager_partitioning = false;  // gate FabricManagerPartitioning: gpuModuleID
+  bool list_type_attributes = false;         // gate DRAListTypeAttributes: numaNode as a list
+};
+
+// kInvalidArgument when a version reported by NVML cannot be made a semantic
+// version (the API server would reject the slice).
+common::StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& inventory,
+                                                             const PublishOptions& options);
+
+// "580.159.04" -> "580.159.4", "9.0" -> "9.0.0": the loose parsing upstream's
+// semver library applies, printed as strict semver 2.0.0.
+common::StatusOr<std::string> NormalizeVersion(const std::string& text);
+
+// resource.k8s.io/v1 JSON: a Device ({"name", "attributes", "capacity",
+// "consumesCounters"}) and a CounterSet ({"name", "counters"}).
+nlohmann::json DeviceToJson(const PublishedDevice& device);
+nlohmann::json CounterSetToJson(const CounterSet& set);
+
+}  // namespace nvdra::gpu

@@ -1,5 +1,6 @@
 #include "gpu/mig_profile.h"
 
+#include <charconv>
 #include <cmath>
 #include <regex>
 
@@ -114,17 +115,22 @@ common::StatusOr<MigDeviceNameParts> ParseMigDeviceName(const std::string& name)
         "<placement start>)",
         name));
   }
-  try {
-    MigDeviceNameParts parts;
-    parts.parent_minor = static_cast<std::uint32_t>(std::stoul(match[1].str()));
-    parts.profile = match[2].str();
-    parts.gi_profile_id = static_cast<std::uint32_t>(std::stoul(match[3].str()));
-    parts.placement_start = static_cast<std::uint32_t>(std::stoul(match[4].str()));
-    return parts;
-  } catch (const std::exception&) {  // out of range
-    return common::InvalidArgumentError(
-        fmt::format("device name \"{}\": a number in it is out of range", name));
+  std::uint32_t numbers[3] = {};
+  const std::size_t groups[3] = {1, 3, 4};
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string text = match[groups[i]].str();
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), numbers[i]);
+    if (ec != std::errc() || end != text.data() + text.size()) {
+      return common::InvalidArgumentError(
+          fmt::format("device name \"{}\": {} is out of range", name, text));
+    }
   }
+  MigDeviceNameParts parts;
+  parts.parent_minor = numbers[0];
+  parts.profile = match[2].str();
+  parts.gi_profile_id = numbers[1];
+  parts.placement_start = numbers[2];
+  return parts;
 }
 
 std::string GpuDeviceName(std::uint32_t minor) { return fmt::format("gpu-{}", minor); }

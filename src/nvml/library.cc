@@ -423,14 +423,18 @@ StatusOr<FabricInfo> Device::GpuFabricInfo() const {
   FabricInfo info;
   if (fn.nvmlDeviceGetGpuFabricInfo != nullptr) {
     abi::nvmlGpuFabricInfo_t raw{};
-    RETURN_IF_ERROR(library_->Check(fn.nvmlDeviceGetGpuFabricInfo(handle_, &raw),
-                                    "nvmlDeviceGetGpuFabricInfo"));
-    std::memcpy(info.cluster_uuid.data(), raw.clusterUuid, info.cluster_uuid.size());
-    info.status = raw.status;
-    info.clique_id = raw.cliqueId;
-    info.state = raw.state;
-    info.source = "nvmlDeviceGetGpuFabricInfo";
-    return info;
+    nvmlReturn_t rc = fn.nvmlDeviceGetGpuFabricInfo(handle_, &raw);
+    // FUNCTION_NOT_FOUND from an exported symbol means the same as no symbol
+    // (a stub or a shim library): try the versioned call below.
+    if (rc != abi::NVML_ERROR_FUNCTION_NOT_FOUND) {
+      RETURN_IF_ERROR(library_->Check(rc, "nvmlDeviceGetGpuFabricInfo"));
+      std::memcpy(info.cluster_uuid.data(), raw.clusterUuid, info.cluster_uuid.size());
+      info.status = raw.status;
+      info.clique_id = raw.cliqueId;
+      info.state = raw.state;
+      info.source = "nvmlDeviceGetGpuFabricInfo";
+      return info;
+    }
   }
   if (fn.nvmlDeviceGetGpuFabricInfoV == nullptr) {
     return MissingFunctionError("nvmlDeviceGetGpuFabricInfo and nvmlDeviceGetGpuFabricInfoV");

@@ -132,7 +132,7 @@ def main():
                                     "cliqueId": f3.cliqueId, "state": f3.state,
                                     "healthMask": f3.healthMask, "healthSummary": f3.healthSummary}
         profiles = []
-        for p in range(17):
+        for p in range(0x12):  # NVML_GPU_INSTANCE_PROFILE_COUNT (API 13)
             info = GiProfileV2(version=ctypes.sizeof(GiProfileV2) | (2 << 24))
             err = call("nvmlDeviceGetGpuInstanceProfileInfoV", h, ctypes.c_uint(p), ctypes.byref(info))
             if err:

@@ -201,6 +201,26 @@ TEST(DiscoveryH100, DynamicMigPublishesEveryPlacementWithCounters) {
   EXPECT_EQ(report["resourceSlice"]["sharedCounters"][0]["counters"], full["consumesCounters"][0]["counters"]);
 }
 
+// The mock's H100 against what our tool printed on a real H100 with DynamicMIG
+// (test/data/h100/check/): the same devices, capacities and counters; only the
+// identity and PCI placement of the GPU differ.
+TEST(DiscoveryH100, MockPublishesWhatTheRealH100Published) {
+  json real = json::parse(std::ifstream(fs::path(NVDRA_TEST_DATA_DIR) / "h100/check/inspect-dynamic-mig.json"));
+  MockNode node("h100-sxm.json");
+  json mock = node.Inspect({.dynamic_mig = true});
+  const std::set<std::string> per_machine = {"uuid", "parentUUID", "resource.kubernetes.io/pciBusID",
+                                             "resource.kubernetes.io/pcieRoot", "resource.kubernetes.io/numaNode"};
+  auto comparable = [&](json device) {
+    for (const auto& name : per_machine) device["attributes"].erase(name);
+    return device;
+  };
+  ASSERT_EQ(real["resourceSlice"]["devices"].size(), 26U);
+  for (const json& device : real["resourceSlice"]["devices"]) {
+    EXPECT_EQ(comparable(DeviceNamed(mock, device["name"])), comparable(device)) << device["name"];
+  }
+  EXPECT_EQ(mock["resourceSlice"]["sharedCounters"][0], real["resourceSlice"]["sharedCounters"][0]);
+}
+
 TEST(DiscoveryA100, StaticMigDevicesReplaceTheirGpu) {
   MockNode node("a100-mig.json");
   json report = node.Inspect();

@@ -24,10 +24,12 @@
 #include <gtest/gtest.h>
 
 #include "nvml/nvml_abi.h"
+#include "scoped_env.h"  // test/unit
 
 namespace nvdra::mocknvml::testing {
 
 namespace abi = nvdra::nvml::abi;
+using nvdra::testing::ScopedEnv;
 
 class NvmlLibrary {
  public:
@@ -100,32 +102,6 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
-};
-
-class ScopedEnv {
- public:
-  // `value` nullptr unsets the variable.
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
 };
 
 inline std::string ReadFile(const std::filesystem::path& path) {

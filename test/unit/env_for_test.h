@@ -1,7 +1,7 @@
 #pragma once
 
-// Test helpers for flag parsing: ScopedEnv sets or unsets one environment
-// variable for a scope; ParseArgs runs common::ParseFlags on a list of args.
+// Test helpers for flag parsing: ParseArgs runs common::ParseFlags on a list
+// of args; ScopedEnv (scoped_env.h) sets or unsets a variable for a scope.
 // Thread-compatible: the environment is process-wide, so tests using these
 // must not run flag parsing on other threads.
 
@@ -11,34 +11,9 @@
 #include <vector>
 
 #include "common/flags.h"
+#include "scoped_env.h"
 
 namespace nvdra::testing {
-
-class ScopedEnv {
- public:
-  // `value` nullptr unsets the variable.
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_.c_str(), old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_.c_str());
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
 
 // ParseFlags with argv[0] = "test-binary" followed by `args`.
 inline std::optional<int> ParseArgs(CLI::App& app, const std::vector<std::string>& args) {

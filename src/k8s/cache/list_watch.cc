@@ -1,0 +1,71 @@
+#include "k8s/cache/list_watch.h"
+
+#include <string>
+
+namespace nvdra::k8s::cache {
+namespace {
+
+// The string at object[key], or empty when absent or not a string. Never
+// throws, so malformed server data cannot escape as an exception.
+std::string StringField(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return {};
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return {};
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+std::string_view WatchEventTypeName(WatchEventType type) {
+  switch (type) {
+    case WatchEventType::kAdded: return "ADDED";
+    case WatchEventType::kModified: return "MODIFIED";
+    case WatchEventType::kDeleted: return "DELETED";
+    case WatchEventType::kBookmark: return "BOOKMARK";
+    case WatchEventType::kError: return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+common::StatusOr<WatchEventType> ParseWatchEventType(std::string_view name) {
+  if (name == "ADDED") return WatchEventType::kAdded;
+  if (name == "MODIFIED") return WatchEventType::kModified;
+  if (name == "DELETED") return WatchEventType::kDeleted;
+  if (name == "BOOKMARK") return WatchEventType::kBookmark;
+  if (name == "ERROR") return WatchEventType::kError;
+  return common::InvalidArgumentError("watch event type \"" + std::string(name) +
+                                      "\": want ADDED, MODIFIED, DELETED, BOOKMARK or ERROR");
+}
+
+common::Status GoneError(std::string_view message) { return common::OutOfRangeError(message); }
+
+bool IsGone(const common::Status& status) {
+  return status.code() == common::StatusCode::kOutOfRange;
+}
+
+common::Status WatchErrorToStatus(const nlohmann::json& status_object) {
+  std::int64_t code = 0;
+  if (status_object.is_object()) {
+    auto it = status_object.find("code");
+    if (it != status_object.end() && it->is_number_integer()) code = it->get<std::int64_t>();
+  }
+  const std::string reason = StringField(status_object, "reason");
+  const std::string message = "watch error " + std::to_string(code) + " " +
+                              (reason.empty() ? "(no reason)" : reason) + ": " +
+                              StringField(status_object, "message");
+  if (code == 410 || reason == "Expired" || reason == "Gone") return GoneError(message);
+  if (code == 429 || (code >= 500 && code < 600)) return common::UnavailableError(message);
+  if (code == 401) return common::UnauthenticatedError(message);
+  if (code == 403) return common::PermissionDeniedError(message);
+  if (code == 404) return common::NotFoundError(message);
+  return common::UnknownError(message);
+}
+
+std::string ObjectResourceVersion(const nlohmann::json& object) {
+  if (!object.is_object()) return {};
+  auto metadata = object.find("metadata");
+  if (metadata == object.end()) return {};
+  return StringField(*metadata, "resourceVersion");
+}
+
+}  // namespace nvdra::k8s::cache

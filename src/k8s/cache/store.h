@@ -1,0 +1,144 @@
+#pragma once
+
+// The informer's cache: the last known state of every object of one watch,
+// keyed by "namespace/name" ("name" when cluster-scoped), with secondary
+// indexes. Defines: ObjectPtr, IndexFunc, Indexer, kNamespaceIndex,
+// kLabelIndex, LabelIndexValue(), NamespaceIndexFunc(), LabelIndexFunc(),
+// DefaultIndexers(), ObjectKey(), DeltaType, Delta, Store.
+//
+// Objects are immutable snapshots (shared_ptr<const json>): a reader keeps
+// what it got for as long as it likes, without copying and without seeing
+// later changes. Index functions run when an object is written, outside the
+// store's lock, and each object's index values are kept beside it, so a
+// removal never calls them again.
+//
+// Ownership: owns its entries and index functions; shares the objects with
+// readers. Thread-safety: thread-safe. Readers run concurrently; writers
+// (the informer) exclude them only for the map update itself.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace nvdra::k8s::cache {
+
+using ObjectPtr = std::shared_ptr<const nlohmann::json>;
+
+// The index values of an object (zero, one or many). Must not throw, must be
+// a pure function of the object, and is called from the writer's thread.
+using IndexFunc = std::function<std::vector<std::string>(const nlohmann::json& object)>;
+
+struct Indexer {
+  std::string name;
+  IndexFunc values;
+};
+
+// metadata.namespace; cluster-scoped objects are indexed under "".
+inline constexpr std::string_view kNamespaceIndex = "namespace";
+// One value per label, "key=value" (see LabelIndexValue).
+inline constexpr std::string_view kLabelIndex = "label";
+
+// The kLabelIndex value for a label: "key=value".
+std::string LabelIndexValue(std::string_view key, std::string_view value);
+
+IndexFunc NamespaceIndexFunc();
+IndexFunc LabelIndexFunc();
+// kNamespaceIndex and kLabelIndex.
+std::vector<Indexer> DefaultIndexers();
+
+// "namespace/name", or "name" for an object without metadata.namespace.
+// kInvalidArgument when metadata.name is missing or empty.
+common::StatusOr<std::string> ObjectKey(const nlohmann::json& object);
+
+enum class DeltaType { kAdded, kUpdated, kDeleted };
+
+// One change Replace() made. old_object is null for kAdded, new_object for
+// kDeleted.
+struct Delta {
+  DeltaType type;
+  std::string key;
+  ObjectPtr old_object;
+  ObjectPtr new_object;
+};
+
+class Store {
+ public:
+  // Index names must be unique and functions non-empty; a violation is a
+  // programmer error and aborts.
+  explicit Store(std::vector<Indexer> indexers = DefaultIndexers());
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // --- Readers ---------------------------------------------------------------
+  // The object under `key`, or null.
+  ObjectPtr Get(std::string_view key) const;
+  // Every object, in no particular order.
+  std::vector<ObjectPtr> List() const;
+  std::vector<std::string> ListKeys() const;
+  // The objects whose index `index` has the value `value` (empty when none).
+  // kNotFound when no indexer is named `index`.
+  common::StatusOr<std::vector<ObjectPtr>> ByIndex(std::string_view index,
+                                                   std::string_view value) const;
+  // Every value index `index` currently holds. kNotFound as above.
+  common::StatusOr<std::vector<std::string>> IndexValues(std::string_view index) const;
+  std::size_t size() const;
+  // The resourceVersion the cache is current to (last list, event or
+  // bookmark); empty before the first list.
+  std::string ResourceVersion() const;
+
+  // --- Writers (the informer) ------------------------------------------------
+  // Inserts or replaces the object under `key`; returns the previous one or
+  // null. A null `object` is a programmer error and aborts.
+  ObjectPtr Upsert(const std::string& key, ObjectPtr object);
+  // Removes `key`; returns the removed object, or null when absent (not an
+  // error).
+  ObjectPtr Delete(std::string_view key);
+  // Makes the store hold exactly `objects` (key, object) and returns what
+  // changed: adds for new keys, deletes (with the last cached object) for
+  // keys absent from `objects`, and updates only where the object differs:
+  // its resourceVersion changed, or, when either has none, its content did.
+  // An unchanged object keeps its old snapshot. Later duplicates of a key win.
+  std::vector<Delta> Replace(std::vector<std::pair<std::string, ObjectPtr>> objects,
+                             std::string resource_version);
+  void SetResourceVersion(std::string resource_version);
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  template <typename V>
+  using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+  using KeySet = std::unordered_set<std::string, StringHash, std::equal_to<>>;
+
+  struct Entry {
+    ObjectPtr object;
+    std::vector<std::vector<std::string>> index_values;  // per indexer, same order
+  };
+
+  std::vector<std::vector<std::string>> ComputeIndexValues(const nlohmann::json& object) const;
+  // Position of `index` in indexers_, or -1.
+  int IndexPosition(std::string_view index) const;
+  void IndexLocked(const std::string& key, const Entry& entry);
+  void UnindexLocked(const std::string& key, const Entry& entry);
+
+  const std::vector<Indexer> indexers_;
+
+  mutable std::shared_mutex entries_mutex_;  // guards everything below
+  StringMap<Entry> entries_;
+  std::vector<StringMap<KeySet>> indexes_;  // per indexer: value -> keys
+  std::string resource_version_;
+};
+
+}  // namespace nvdra::k8s::cache

@@ -114,7 +114,8 @@ class WorkQueue {
 
   // Blocks until an item is ready and returns it, marking it in flight; the
   // caller must call Done(item) when finished with it. Returns nullopt when
-  // the queue is shut down and empty, or when `stop` is requested.
+  // the queue is shut down and empty, or when `stop` is requested while no
+  // item is ready (a ready item is still handed out).
   std::optional<T> Get(std::stop_token stop) {
     std::unique_lock lock(state_mutex_);
     while (true) {

@@ -4,6 +4,7 @@
 Inputs (in the raw directory given as argv[1]):
   <name>_bench.json          Google Benchmark JSON (aggregates: the median is used)
   control_plane_start.txt    one start-up time in seconds per line
+  informer.json              bench/informer/run: our informer and client-go's
 
 A Google Benchmark may name a peer for a figure with a user counter called
 "peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
@@ -37,6 +38,30 @@ def google_benchmark(path, results):
                 results.append({"name": f"{name}_{key}", "value": value, "unit": "bytes", "better": "lower"})
 
 
+def informer(path, results):
+    """Initial sync, RSS and CPU per 1,000 updates: ours, with client-go as the peer."""
+    with open(path) as f:
+        data = json.load(f)
+    size = f"{data['slices'] // 1000}k_slices" if data["slices"] >= 1000 else f"{data['slices']}_slices"
+    figures = [
+        (f"informer_initial_sync_{size}", "synced", "sync_seconds", "s"),
+        (f"informer_rss_{size}", "synced", "rss_bytes", "bytes"),
+        ("informer_cpu_per_1000_updates", "done", "cpu_seconds_per_1000_updates", "s"),
+    ]
+    ours, peer = data.get("nvdra"), data.get("client-go")
+    for name, event, key, unit in figures:
+        if ours:
+            entry = {"name": name, "value": round(ours[event][key], 4), "unit": unit, "better": "lower"}
+            if peer:
+                entry["peer"] = "client-go"
+                entry["peer_value"] = round(peer[event][key], 4)
+            results.append(entry)
+        elif peer:
+            # Our informer is not built yet: client-go's figure alone, named as such.
+            results.append({"name": name + "_client_go", "value": round(peer[event][key], 4),
+                            "unit": unit, "better": "lower"})
+
+
 def main():
     raw, out = sys.argv[1], sys.argv[2]
     results = []
@@ -44,6 +69,8 @@ def main():
         path = os.path.join(raw, entry)
         if entry.endswith("_bench.json"):
             google_benchmark(path, results)
+    if os.path.exists(os.path.join(raw, "informer.json")):
+        informer(os.path.join(raw, "informer.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")
     if os.path.exists(start):
         with open(start) as f:

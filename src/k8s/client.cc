@@ -96,6 +96,11 @@ Client::Client(RestConfig config, std::unique_ptr<HttpTransport> transport, Clie
 
 Client::~Client() = default;
 
+ClientStats Client::stats() const {
+  return {attempts_.load(std::memory_order_relaxed), throttle_retries_.load(std::memory_order_relaxed),
+          transport_retries_.load(std::memory_order_relaxed)};
+}
+
 struct Client::Attempts {
   explicit Attempts(std::string what) : context(std::move(what)) {}
   std::string context;
@@ -107,6 +112,7 @@ struct Client::Attempts {
 Status Client::RetryAfterTransportError(Attempts& a, const Status& error, bool safe, std::stop_token stop) {
   if (!safe || a.transport_failures >= options_.max_transport_retries) return error;
   ++a.transport_failures;
+  transport_retries_.fetch_add(1, std::memory_order_relaxed);
   if (!a.backoff) a.backoff.emplace(options_.retry_backoff);
   workqueue::Clock& clock = *options_.clock;
   if (!workqueue::SleepUntil(clock, clock.Now() + a.backoff->Next(), stop)) {
@@ -123,6 +129,7 @@ Status Client::RetryAfterThrottle(Attempts& a, const ApiError& error, bool idemp
       error.http_code == 429 || (error.http_code >= 500 && error.retry_after.has_value() && idempotent);
   if (!throttle || a.throttled >= options_.max_throttle_retries) return error.ToStatus(a.context);
   ++a.throttled;
+  throttle_retries_.fetch_add(1, std::memory_order_relaxed);
   const auto delay = std::min<workqueue::Duration>(error.retry_after.value_or(std::chrono::seconds(1)),
                                                    options_.max_retry_after);
   LOG_INFO(4, "throttled, retrying",
@@ -147,6 +154,7 @@ ApiResult<HttpResponse> Client::Do(const RestRequest& request, std::stop_token s
   while (true) {
     RETURN_IF_ERROR(limiter_.Acquire(stop).WithContext(attempts.context));
     const auto started = std::chrono::steady_clock::now();
+    attempts_.fetch_add(1, std::memory_order_relaxed);
     StatusOr<HttpResponse> response = transport_->RoundTrip(http, stop);
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     if (!response.ok()) {
@@ -330,6 +338,7 @@ ApiResult<std::unique_ptr<WatchStream>> Client::Watch(const ResourceRef& ref, st
   http.path = BuildPath(r);
   while (true) {
     RETURN_IF_ERROR(limiter_.Acquire(stop).WithContext(attempts.context));
+    attempts_.fetch_add(1, std::memory_order_relaxed);
     StatusOr<std::unique_ptr<HttpStream>> stream = transport_->OpenStream(http, stop);
     if (!stream.ok()) {
       // Opening a watch changes nothing on the server: always safe to retry.

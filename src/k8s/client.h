@@ -24,6 +24,7 @@
 // ClientOptions. WatchStreams it returns may outlive it.
 // Thread-safety: thread-safe; share one Client per process and config.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -148,6 +149,13 @@ struct ClientOptions {
   workqueue::Clock* clock = &workqueue::RealClock();  // rate limiter and retry waits
 };
 
+// Counters since the client was made, for metrics and tests.
+struct ClientStats {
+  std::uint64_t attempts = 0;           // requests sent, retries included
+  std::uint64_t throttle_retries = 0;   // waits for Retry-After (429, 5xx)
+  std::uint64_t transport_retries = 0;  // waits after a transport error
+};
+
 class Client {
  public:
   // A client with a curl transport for `config`. Errors from NewCurlTransport.
@@ -159,6 +167,7 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const RestConfig& config() const { return config_; }
+  ClientStats stats() const;
 
   // Every call below: `stop` cancels it (kCancelled), including waits for the
   // rate limiter and retries; errors per api_error.h.
@@ -221,6 +230,9 @@ class Client {
   const ClientOptions options_;
   const std::unique_ptr<HttpTransport> transport_;
   RequestRateLimiter limiter_;
+  std::atomic<std::uint64_t> attempts_{0};
+  std::atomic<std::uint64_t> throttle_retries_{0};
+  std::atomic<std::uint64_t> transport_retries_{0};
 };
 
 // Percent-encodes everything but RFC 3986 unreserved characters.

@@ -366,7 +366,10 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
     // Large lists come gzip-compressed when we offer it (APIResponseCompression).
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    // Not for streams: the API server gzips watches too, flushing after each
+    // event, and curl 7.88's decoder fails such a stream with CURLE_WRITE_ERROR
+    // at its first event (seen against kube-apiserver 1.37).
+    if (!streaming) curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
     if (request.method == "GET") {
       curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     } else {

@@ -77,6 +77,10 @@ class WatchStream {
   // or "" before the first.
   const std::string& last_resource_version() const { return last_resource_version_; }
 
+  // Status, headers and connection facts of the watch response (HTTP version,
+  // local port: equal ports mean one shared connection).
+  const HttpResponse& head() const { return stream_->head(); }
+
  private:
   const std::unique_ptr<HttpStream> stream_;
   const std::string what_;

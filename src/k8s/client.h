@@ -80,6 +80,9 @@ inline const ResourceRef kResourceSlices{"resource.k8s.io", "v1", "resourceslice
 inline const ResourceRef kResourceClaims{"resource.k8s.io", "v1", "resourceclaims", true};
 inline const ResourceRef kResourceClaimTemplates{"resource.k8s.io", "v1", "resourceclaimtemplates", true};
 inline const ResourceRef kDeviceClasses{"resource.k8s.io", "v1", "deviceclasses", false};
+// The driver's CRDs (resource.nvidia.com/v1beta1).
+inline const ResourceRef kComputeDomains{"resource.nvidia.com", "v1beta1", "computedomains", true};
+inline const ResourceRef kComputeDomainCliques{"resource.nvidia.com", "v1beta1", "computedomaincliques", true};
 inline const ResourceRef kCustomResourceDefinitions{"apiextensions.k8s.io", "v1", "customresourcedefinitions",
                                                     false};
 }  // namespace resources

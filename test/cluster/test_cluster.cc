@@ -76,6 +76,26 @@ pid_t Spawn(const std::vector<std::string>& argv, int in_fd, int out_fd, int err
   ::_exit(127);
 }
 
+// Reads one line from `fd` (without the newline), byte by byte so nothing
+// after it is consumed. Empty on EOF, error or after `timeout`.
+std::string ReadLine(int fd, std::chrono::milliseconds timeout) {
+  std::string line;
+  const auto deadline = Clock::now() + timeout;
+  char c;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    int rc = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return "";
+    ssize_t r = ::read(fd, &c, 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return "";
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
+}
+
 }  // namespace
 
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input,
@@ -177,25 +197,11 @@ std::unique_ptr<TestCluster> TestCluster::Start(std::string* error, const std::s
   ::close(out_pipe[1]);
   ::close(log_fd);
 
-  // The launcher prints exactly one line, "ready <kubeconfig>", once the
-  // cluster takes workloads; EOF before it means start-up failed.
-  std::string line;
-  const auto deadline = Clock::now() + std::chrono::seconds(240);
-  char c;
-  while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd p{out_pipe[0], POLLIN, 0};
-    int rc = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) {
-      line.clear();
-      break;
-    }
-    ssize_t r = ::read(out_pipe[0], &c, 1);
-    if (r <= 0 || c == '\n') break;
-    line.push_back(c);
-  }
-  ::close(out_pipe[0]);
+  // The launcher prints "ready <kubeconfig>" once the cluster takes
+  // workloads; EOF before it means start-up failed. The pipe stays open for
+  // the answers to RestartApiServer.
+  cluster->launcher_out_ = out_pipe[0];
+  std::string line = ReadLine(out_pipe[0], std::chrono::seconds(240));
   const std::string prefix = "ready ";
   if (line.rfind(prefix, 0) != 0) {
     cluster->Stop();
@@ -214,7 +220,43 @@ TestCluster::~TestCluster() {
   }
 }
 
+bool TestCluster::RestartApiServer(std::string* error, const std::vector<std::string>& extra_flags,
+                                   std::chrono::milliseconds timeout) {
+  if (launcher_pid_ <= 0 || launcher_out_ < 0) {
+    *error = "the cluster is not running";
+    return false;
+  }
+  // The launcher reads the extra flags when it gets SIGUSR1; always rewrite
+  // the file so flags of an earlier restart do not stick.
+  const auto args_path = dir_ / "apiserver-restart-args";
+  const auto tmp_path = dir_ / "apiserver-restart-args.tmp";
+  {
+    std::ofstream out(tmp_path, std::ios::trunc);
+    for (const auto& flag : extra_flags) out << flag << "\n";
+    if (!out) {
+      *error = "cannot write " + tmp_path.string();
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp_path, args_path, ec);
+  if (ec) {
+    *error = "rename " + tmp_path.string() + ": " + ec.message();
+    return false;
+  }
+  if (::kill(launcher_pid_, SIGUSR1) != 0) {
+    *error = std::string("signal the launcher: ") + std::strerror(errno);
+    return false;
+  }
+  const std::string line = ReadLine(launcher_out_, timeout);
+  if (line.rfind("apiserver-restarted ", 0) == 0) return true;
+  *error = "kube-apiserver restart: " + (line.empty() ? std::string("no answer from the launcher") : line) +
+           "; launcher log:\n" + ReadFileOrEmpty(dir_ / "launcher.log");
+  return false;
+}
+
 void TestCluster::Stop() {
+  CloseFd(launcher_out_);
   if (launcher_pid_ <= 0) return;
   ::kill(launcher_pid_, SIGTERM);
   if (!WaitPid(launcher_pid_, std::chrono::seconds(60))) {

@@ -62,6 +62,16 @@ class TestCluster {
   // output is not JSON.
   std::optional<nlohmann::json> Get(const std::vector<std::string>& args) const;
 
+  // Restarts kube-apiserver alone (etcd and the other servers keep running)
+  // on the same port with the same flags plus `extra_flags` (later flags win,
+  // e.g. "--default-watch-cache-size=0"), and blocks until it is ready again
+  // (/readyz) or `timeout` passes. Clients see broken watches and refused
+  // connections meanwhile, and afterwards a server whose watch caches start
+  // at the current etcd revision. Extra flags apply to this start only.
+  // Returns false and fills `error` on failure.
+  bool RestartApiServer(std::string* error, const std::vector<std::string>& extra_flags = {},
+                        std::chrono::milliseconds timeout = std::chrono::seconds(180));
+
   // Stops the control plane (SIGTERM, then waits). Idempotent.
   void Stop();
 
@@ -72,6 +82,8 @@ class TestCluster {
   std::filesystem::path bin_dir_;
   std::filesystem::path kubeconfig_;
   pid_t launcher_pid_ = -1;
+  // The launcher's stdout: after "ready", it answers each restart on it.
+  int launcher_out_ = -1;
 };
 
 }  // namespace nvdra::testing

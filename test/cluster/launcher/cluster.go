@@ -62,11 +62,12 @@ type clusterOptions struct {
 }
 
 type cluster struct {
-	opts       clusterOptions
-	pki        *pki
-	ports      map[string]int
-	kubeconfig string
-	components []*component // in start order; stopped in reverse
+	opts        clusterOptions
+	pki         *pki
+	ports       map[string]int
+	kubeconfig  string
+	components  []*component // in start order; stopped in reverse
+	apiRestarts int          // kube-apiserver restarts done by restartAPIServer
 }
 
 func freePort() (int, error) {
@@ -163,8 +164,58 @@ func (c *cluster) startEtcd() (*component, error) {
 }
 
 func (c *cluster) startAPIServer() (*component, error) {
+	return c.start("kube-apiserver", c.binary("kube-apiserver"), c.apiServerArgs())
+}
+
+// restartAPIServer stops kube-apiserver and starts it again on the same port
+// with the same flags, plus those listed in apiserver-restart-args (later
+// flags win), and waits for /readyz. Etcd and the other servers keep running,
+// so clients see what they would see in a rolling API server update: broken
+// watches, refused connections, then a server whose watch cache starts anew.
+// Returns how many restarts this launcher has done.
+func (c *cluster) restartAPIServer() (int, error) {
+	idx := -1
+	for i, comp := range c.components {
+		if comp.name == "kube-apiserver" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return 0, errors.New("no kube-apiserver is running")
+	}
+	args := c.apiServerArgs()
+	if data, err := os.ReadFile(c.path("apiserver-restart-args")); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				args = append(args, line)
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, err
+	}
+	c.components[idx].stop(30 * time.Second)
+	comp, err := startComponent("kube-apiserver", c.binary("kube-apiserver"), args, c.path("logs"))
+	if err != nil {
+		return 0, err
+	}
+	c.components[idx] = comp
+	c.apiRestarts++
+	admin, err := c.httpClient(true)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.startTimeout)
+	defer cancel()
+	url := fmt.Sprintf("https://127.0.0.1:%d/readyz", c.ports["apiserver"])
+	if err := c.waitHealthy(ctx, comp, url, admin); err != nil {
+		return 0, err
+	}
+	return c.apiRestarts, nil
+}
+
+func (c *cluster) apiServerArgs() []string {
 	p := c.pki
-	return c.start("kube-apiserver", c.binary("kube-apiserver"), []string{
+	return []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports["etcd-client"]),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -199,7 +250,7 @@ func (c *cluster) startAPIServer() (*component, error) {
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",
-	})
+	}
 }
 
 func (c *cluster) startControllerManager() (*component, error) {

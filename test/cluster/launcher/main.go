@@ -7,6 +7,11 @@
 //	cluster-launcher down --dir D   stops the cluster started by "up"
 //	cluster-launcher kubeconfig --dir D
 //
+// While "run" runs, SIGUSR1 restarts kube-apiserver alone, with the same flags
+// and port plus the extra flags listed (one per line) in D/apiserver-restart-args,
+// if that file exists; once it is ready again (or failed) the launcher prints
+// "apiserver-restarted N" (or "apiserver-restart-failed REASON") on stdout.
+//
 // Nothing outlives the launcher: every server gets PR_SET_PDEATHSIG, and with
 // --die-with-parent the launcher itself ends when the process that started it
 // does (a crashed test leaves no servers behind).
@@ -173,16 +178,39 @@ func run(opts clusterOptions, dieWithParent bool) int {
 	fmt.Fprintf(os.Stderr, "cluster-launcher: control plane ready in %.1fs: API server https://127.0.0.1:%d, logs in %s\n",
 		time.Since(started).Seconds(), c.ports["apiserver"], c.path("logs"))
 
+	// SIGUSR1 restarts kube-apiserver alone (see restartAPIServer). Its
+	// answer goes to stdout, whose reader may be gone (after "up"): a broken
+	// pipe must not kill the launcher, so SIGPIPE is received and dropped
+	// rather than ignored (an ignored signal would stay ignored in children).
+	restarts := make(chan os.Signal, 1)
+	signal.Notify(restarts, syscall.SIGUSR1)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+
 	exits := c.firstExit()
-	select {
-	case sig := <-signals:
-		fmt.Fprintf(os.Stderr, "cluster-launcher: %v, stopping\n", sig)
-		c.down()
-		return 0
-	case comp := <-exits:
-		fmt.Fprintf(os.Stderr, "cluster-launcher: %v: %s (%v); see %s\n", errComponentExited, comp.name, comp.err, comp.logPath())
-		c.down()
-		return 1
+	for {
+		select {
+		case sig := <-signals:
+			fmt.Fprintf(os.Stderr, "cluster-launcher: %v, stopping\n", sig)
+			c.down()
+			return 0
+		case <-restarts:
+			// On this (locked) thread: the new server's death signal is tied
+			// to the thread that forks it.
+			n, err := c.restartAPIServer()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "cluster-launcher: restart of kube-apiserver failed: %v\n", err)
+				fmt.Printf("apiserver-restart-failed %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				fmt.Fprintf(os.Stderr, "cluster-launcher: kube-apiserver restarted (%d) and ready\n", n)
+				fmt.Printf("apiserver-restarted %d\n", n)
+			}
+			// The old server's exit was intended; watch the current set.
+			exits = c.firstExit()
+		case comp := <-exits:
+			fmt.Fprintf(os.Stderr, "cluster-launcher: %v: %s (%v); see %s\n", errComponentExited, comp.name, comp.err, comp.logPath())
+			c.down()
+			return 1
+		}
 	}
 }
 

@@ -1,0 +1,54 @@
+// Command simnode runs simulated Kubernetes nodes against a real control
+// plane: each node is a real kubelet (with the real DRA manager) in its own
+// process, talking to a simulated CRI runtime. See test/simnode/README.md.
+//
+//	simnode up   --dir D --kubeconfig K --nodes N [--image NAME=PROGRAM]...
+//	simnode run  ...same flags, in the foreground
+//	simnode down --dir D
+//	simnode node --config D/NODE/node.json    (one node; started by up/run)
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+)
+
+func init() {
+	// Children's death signal is tied to the thread that forked them; nodes
+	// are started from main, which keeps this thread for the process' life.
+	runtime.LockOSThread()
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "container-init":
+		err = containerInit(os.Args[2:])
+	case "node":
+		err = runNode(os.Args[2:])
+	case "up", "run", "down":
+		err = clusterCommand(os.Args[1], os.Args[2:])
+	default:
+		usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "simnode %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: simnode <up|run|down|node> [flags]
+
+  up     start simulated nodes in the background; returns when all are Ready
+  run    the same in the foreground; SIGINT/SIGTERM stops every node
+  down   stop the nodes started by up (and remove their folders with --clean)
+  node   run one node from its node.json (started by up and run)
+`)
+}

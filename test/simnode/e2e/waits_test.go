@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+type creator[T runtime.Object] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+}
+
+// create creates obj; an object that already exists is not an error.
+func create[T runtime.Object](ctx context.Context, c creator[T], obj T) error {
+	_, err := c.Create(ctx, obj, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// until watches objects from lw until cond holds for one of them.
+func until(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, cond func(watch.Event) (bool, error)) (*watch.Event, error) {
+	return watchtools.UntilWithSync(ctx, lw, obj, nil, cond)
+}
+
+func waitForSlices(ctx context.Context, t *testing.T, client kubernetes.Interface, nodes int) {
+	t.Helper()
+	seen := map[string]bool{}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.ResourceV1().ResourceSlices().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.ResourceV1().ResourceSlices().Watch(ctx, o)
+		},
+	}
+	_, err := until(ctx, lw, &resourceapi.ResourceSlice{}, func(e watch.Event) (bool, error) {
+		if s, ok := e.Object.(*resourceapi.ResourceSlice); ok && s.Spec.Driver == driverName && s.Spec.NodeName != nil {
+			seen[*s.Spec.NodeName] = e.Type != watch.Deleted
+		}
+		count := 0
+		for _, present := range seen {
+			if present {
+				count++
+			}
+		}
+		return count == nodes, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for slices of %s on %d nodes (seen %v): %v", driverName, nodes, seen, err)
+	}
+}
+
+func waitForPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).Watch(ctx, o)
+		},
+	}
+	var last *corev1.Pod
+	ev, err := until(ctx, lw, &corev1.Pod{}, func(e watch.Event) (bool, error) {
+		p, ok := e.Object.(*corev1.Pod)
+		if !ok {
+			return false, nil
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for pod %s: %v; last seen: %+v", name, err, statusOf(last))
+	}
+	return ev.Object.(*corev1.Pod)
+}
+
+func statusOf(p *corev1.Pod) any {
+	if p == nil {
+		return nil
+	}
+	return p.Status
+}
+
+// waitForLog reads the container log through the API server until it holds
+// want. The kubelet serves what is already written; the process writes its
+// line right after it starts, so a few reads on file changes suffice.
+func waitForLog(ctx context.Context, t *testing.T, client kubernetes.Interface, pod, want string) string {
+	t.Helper()
+	var last string
+	for ctx.Err() == nil {
+		data, err := client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+		if err != nil {
+			// The kubelet may not have the container yet; retry gently.
+			last = err.Error()
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		buf := make([]byte, 4096)
+		n, _ := data.Read(buf)
+		data.Close()
+		last = string(buf[:n])
+		if strings.Contains(last, want) {
+			return last
+		}
+	}
+	t.Fatalf("log of %s never held %q; last: %q", pod, want, last)
+	return ""
+}
+
+// waitForFile waits, on inotify events of its folder, until cond holds for
+// the file's content.
+func waitForFile(ctx context.Context, path string, cond func([]byte) bool) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("watch %s: %w", filepath.Dir(path), err)
+	}
+	for {
+		if data, err := os.ReadFile(path); err == nil && cond(data) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-w.Errors:
+			return errors.Join(errors.New("watch failed"), err)
+		case <-w.Events:
+		}
+	}
+}

@@ -1,0 +1,196 @@
+// Package harness starts and stops simulated nodes: one `simnode node` process
+// per node, each with its own folder, loopback address and kubelet. It links
+// client-go only, not the kubelet, so tests that use it build quickly.
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"nvdra.local/test/simnode/internal/proc"
+	"nvdra.local/test/simnode/nodeconfig"
+)
+
+// Options say which nodes to start.
+type Options struct {
+	// Dir holds one folder per node. Unix socket paths under it must stay
+	// below 108 bytes, so keep it short (a /tmp folder in tests).
+	Dir        string
+	Kubeconfig string
+	Nodes      int
+	NamePrefix string // default "sim-node-"
+	// Simnode is the simnode binary (default: NVDRA_CLUSTER_BIN/simnode or
+	// .cache/cluster-bin/simnode found from the working directory).
+	Simnode string
+	// Images maps image names (no tag) to programs run for their containers.
+	Images       map[string]string
+	Labels       map[string]string
+	FeatureGates map[string]bool
+	Verbosity    int
+}
+
+// Node is one running node process.
+type Node struct {
+	Config  nodeconfig.Config
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logFile *os.File
+}
+
+// LogPath is the node process' log (kubelet and runtime).
+func (n *Node) LogPath() string { return filepath.Join(n.Config.Dir, "node.log") }
+
+// Cluster is a set of running nodes. Not thread-safe.
+type Cluster struct {
+	opts    Options
+	client  kubernetes.Interface
+	spawner *proc.Spawner
+	Nodes   []*Node
+}
+
+// NodeIP is the loopback address of node i: 127.10.0.1, 127.10.0.2, ...
+func NodeIP(i int) string { return fmt.Sprintf("127.10.%d.%d", i/250, i%250+1) }
+
+// podIPPrefix gives node i its own /24 of pod addresses.
+func podIPPrefix(i int) string { return fmt.Sprintf("127.%d.%d", 20+i/256, i%256) }
+
+// Start starts the nodes; it does not wait for them (see WaitReady).
+func Start(opts Options) (*Cluster, error) {
+	if opts.NamePrefix == "" {
+		opts.NamePrefix = "sim-node-"
+	}
+	if opts.Simnode == "" {
+		bin, err := DefaultBinary("simnode")
+		if err != nil {
+			return nil, err
+		}
+		opts.Simnode = bin
+	}
+	restConfig, err := clientcmd.BuildConfigFromFlags("", opts.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", opts.Kubeconfig, err)
+	}
+	server, err := url.Parse(restConfig.Host)
+	if err != nil {
+		return nil, fmt.Errorf("API server address %q: %w", restConfig.Host, err)
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner()}
+	for i := 0; i < opts.Nodes; i++ {
+		name := fmt.Sprintf("%s%d", opts.NamePrefix, i)
+		cfg := nodeconfig.Config{
+			Name:         name,
+			IP:           NodeIP(i),
+			PodIPPrefix:  podIPPrefix(i),
+			Dir:          filepath.Join(opts.Dir, name),
+			Kubeconfig:   opts.Kubeconfig,
+			APIServer:    net.JoinHostPort(server.Hostname(), server.Port()),
+			Labels:       opts.Labels,
+			KubeletPort:  10250,
+			FeatureGates: opts.FeatureGates,
+			Images:       opts.Images,
+			Verbosity:    opts.Verbosity,
+		}
+		n, err := c.startNode(cfg)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+	}
+	return c, nil
+}
+
+func (c *Cluster) startNode(cfg nodeconfig.Config) (*Node, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	configPath := filepath.Join(cfg.Dir, "node.json")
+	if err := cfg.Save(configPath); err != nil {
+		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+	}
+	n := &Node{Config: cfg, exited: make(chan struct{})}
+	logFile, err := os.OpenFile(n.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	n.logFile = logFile
+	n.cmd = exec.Command(c.opts.Simnode, "node", "--config", configPath)
+	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
+	if err := c.spawner.Start(n.cmd, false); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("node %s: start %s: %w", cfg.Name, c.opts.Simnode, err)
+	}
+	go func() {
+		_ = n.cmd.Wait()
+		logFile.Close()
+		close(n.exited)
+	}()
+	return n, nil
+}
+
+// Client is an admin client of the cluster the nodes joined.
+func (c *Cluster) Client() kubernetes.Interface { return c.client }
+
+// Stop ends every node process (SIGTERM, then SIGKILL after 10 s); their
+// containers die with them. Node objects stay in the API (see DeleteNodes).
+func (c *Cluster) Stop() {
+	for _, n := range c.Nodes {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, n := range c.Nodes {
+		select {
+		case <-n.exited:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+			<-n.exited
+		}
+	}
+}
+
+// DeleteNodes removes the nodes' Node objects from the API server.
+func (c *Cluster) DeleteNodes(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		err := c.client.CoreV1().Nodes().Delete(ctx, n.Config.Name, metav1.DeleteOptions{})
+		if err != nil && !isNotFound(err) {
+			return fmt.Errorf("delete node %s: %w", n.Config.Name, err)
+		}
+	}
+	return nil
+}
+
+// Exited reports a node process that ended, or nil.
+func (c *Cluster) Exited() *Node {
+	for _, n := range c.Nodes {
+		select {
+		case <-n.exited:
+			return n
+		default:
+		}
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

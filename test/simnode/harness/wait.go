@@ -1,0 +1,91 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// WaitReady waits, on a watch of Node objects, until every node is Ready and
+// has no taints (the node lifecycle controller removes not-ready taints).
+// It fails early when a node process exits.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	want := map[string]bool{}
+	for _, n := range c.Nodes {
+		want[n.Config.Name] = true
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for _, n := range c.Nodes {
+			select {
+			case <-n.exited:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.client.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.client.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}
+	ready := map[string]bool{}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
+		if n, ok := e.Object.(*corev1.Node); ok && want[n.Name] {
+			ready[n.Name] = nodeReady(n) && len(n.Spec.Taints) == 0
+		}
+		count := 0
+		for _, r := range ready {
+			if r {
+				count++
+			}
+		}
+		return count == len(want), nil
+	})
+	if err != nil {
+		if n := c.Exited(); n != nil {
+			return fmt.Errorf("node %s exited before it was Ready (log: %s)", n.Config.Name, n.LogPath())
+		}
+		return fmt.Errorf("waiting for %d nodes to be Ready: %w", len(want), err)
+	}
+	return nil
+}
+
+// DefaultBinary finds a tool built by test/cluster/build-tools: in
+// $NVDRA_CLUSTER_BIN, else in .cache/cluster-bin of the enclosing checkout.
+func DefaultBinary(name string) (string, error) {
+	if dir := os.Getenv("NVDRA_CLUSTER_BIN"); dir != "" {
+		return filepath.Join(dir, name), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		candidate := filepath.Join(dir, ".cache", "cluster-bin", name)
+		if _, err := os.Stat(candidate); err == nil {
+			return candidate, nil
+		}
+		if dir == filepath.Dir(dir) {
+			return "", errors.New(name + " not found: build it with test/cluster/build-tools or set NVDRA_CLUSTER_BIN")
+		}
+	}
+}

@@ -1,0 +1,358 @@
+package cri
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"nvdra.local/test/simnode/internal/proc"
+)
+
+// imageBinDir is where a mapped image's program appears inside its container.
+const imageBinDir = "/simnode/bin"
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// fileMountTargets are container paths the kubelet mounts as files; when the
+// kubelet's fake OS interface did not create the source, it is made a file.
+var fileMountTargets = map[string]bool{
+	"/dev/termination-log": true, "/etc/hosts": true, "/etc/hostname": true, "/etc/resolv.conf": true,
+}
+
+// container is one container of the simulated runtime. Its fields are set at
+// creation and not changed, except those guarded by mu.
+type container struct {
+	id        string
+	sandboxID string
+	dir       string // the runtime's folder for it: init specs and the root
+	logPath   string
+	view      *View
+	spec      initSpec
+	runs      bool // false: nothing to run here, it "runs" until deleted
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // guarded by mu; nil until started
+	exited chan struct{} // closed when the process has been reaped
+}
+
+// newContainer resolves the container's CDI devices, records its view and
+// plans how it runs.
+func (r *Runtime) newContainer(id, sandboxID string, sandbox *runtimeapi.PodSandboxConfig, config *runtimeapi.ContainerConfig) (*container, error) {
+	view, err := buildView(id, sandbox, config, r.opts.CDIDirs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range view.Mounts {
+		src, err := r.nodePath(view.Mounts[i].Source, view.Mounts[i].Destination)
+		if err != nil {
+			return nil, err
+		}
+		view.Mounts[i].Source = src
+	}
+	if err := view.save(r.viewsDir); err != nil {
+		return nil, fmt.Errorf("record view of %s: %w", view.Container, err)
+	}
+	c := &container{
+		id:        id,
+		sandboxID: sandboxID,
+		dir:       filepath.Join(r.opts.ContainersDir, id),
+		view:      view,
+		exited:    make(chan struct{}),
+	}
+	if sandbox.GetLogDirectory() != "" && config.GetLogPath() != "" {
+		c.logPath = filepath.Join(sandbox.GetLogDirectory(), config.GetLogPath())
+	}
+	c.spec, c.runs = r.plan(c, config)
+	return c, nil
+}
+
+// nodePath maps a host path of the kubelet's request into the node's folder:
+// the kubelet's own volumes are there already, hostPath volumes name paths of
+// the node's "/". A missing source is created, as the hostPath types
+// DirectoryOrCreate and FileOrCreate would.
+func (r *Runtime) nodePath(hostPath, containerPath string) (string, error) {
+	p := hostPath
+	if p != r.opts.NodeDir && !strings.HasPrefix(p, r.opts.NodeDir+"/") {
+		p = filepath.Join(r.opts.NodeDir, hostPath)
+	}
+	if _, err := os.Stat(p); os.IsNotExist(err) {
+		if fileMountTargets[containerPath] {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(p, nil, 0o644); err != nil {
+				return "", err
+			}
+		} else if err := os.MkdirAll(p, 0o755); err != nil {
+			return "", err
+		}
+	}
+	return p, nil
+}
+
+// plan decides what runs: a mapped image runs its program; another image runs
+// its command when this machine has it (shell one-liners); else nothing runs.
+func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSpec, bool) {
+	spec := initSpec{Rootfs: filepath.Join(c.dir, "rootfs"), Args: c.view.Args, Cwd: c.view.WorkingDir}
+	for _, d := range systemDirs {
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+			continue
+		case st.Mode()&os.ModeSymlink != 0:
+			link, err := os.Readlink(d)
+			if err == nil {
+				spec.Binds = append(spec.Binds, bind{Source: link, Target: d, Symlink: true})
+			}
+		default:
+			spec.Binds = append(spec.Binds, bind{Source: d, Target: d, ReadOnly: d != "/proc" && d != "/sys"})
+		}
+	}
+	for _, f := range systemFiles {
+		if _, err := os.Stat(f); err == nil {
+			spec.Binds = append(spec.Binds, bind{Source: f, Target: f, ReadOnly: true})
+		}
+	}
+	mounts := append([]bind(nil), mountBinds(c.view)...)
+	spec.Binds = append(spec.Binds, mounts...)
+	for _, f := range devFiles {
+		if _, err := os.Stat(f); err == nil {
+			spec.Binds = append(spec.Binds, bind{Source: f, Target: f})
+		}
+	}
+	// CDI device nodes come from the node's own /dev tree when it has them.
+	for _, d := range c.view.Devices {
+		if src := filepath.Join(r.opts.NodeDir, d.Path); fileExists(src) {
+			spec.Binds = append(spec.Binds, bind{Source: src, Target: d.Path})
+		}
+	}
+
+	env := serviceEnv(c.view.Env, r.opts.APIServer)
+	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
+	pathEnv := defaultPath
+	if mapped {
+		target := filepath.Join(imageBinDir, filepath.Base(program))
+		spec.Binds = append(spec.Binds, bind{Source: program, Target: target, ReadOnly: true})
+		pathEnv = imageBinDir + ":" + defaultPath
+		if len(config.GetCommand()) == 0 {
+			// The program is the image's entrypoint; args follow it.
+			spec.Args = append([]string{target}, config.GetArgs()...)
+		}
+	}
+	if _, ok := c.view.EnvValue("PATH"); !ok {
+		env = append(env, "PATH="+pathEnv)
+	}
+	spec.Env = env
+	if len(spec.Args) == 0 {
+		return spec, false
+	}
+	return spec, mapped || hostHas(spec.Args[0])
+}
+
+// mountBinds turns the view's mounts into binds, parents before children.
+func mountBinds(v *View) []bind {
+	var out []bind
+	for _, m := range v.Mounts {
+		ro := false
+		for _, o := range m.Options {
+			ro = ro || o == "ro"
+		}
+		out = append(out, bind{Source: m.Source, Target: m.Destination, ReadOnly: ro})
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		return strings.Count(out[i].Target, "/") < strings.Count(out[j].Target, "/")
+	})
+	return out
+}
+
+func hostHas(program string) bool {
+	if strings.Contains(program, "/") {
+		return fileExists(program)
+	}
+	_, err := exec.LookPath(program)
+	return err == nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// writeSpec writes an init spec for container-init and returns its path.
+func (c *container) writeSpec(name string, spec initSpec) (string, error) {
+	if err := os.MkdirAll(spec.Rootfs, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.dir, name)
+	return path, os.WriteFile(path, data, 0o644)
+}
+
+// start runs the container's program, if it has one; onExit records its end.
+func (c *container) start(sp *proc.Spawner, self string, onExit func(id string, code int32, reason string)) error {
+	if !c.runs {
+		return nil
+	}
+	specPath, err := c.writeSpec("init.json", c.spec)
+	if err != nil {
+		return err
+	}
+	logw, err := openCRILog(c.logPath)
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		logw.close()
+		return err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		logw.close()
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	cmd := exec.Command(self, InitCommand, specPath)
+	cmd.Stdout, cmd.Stderr = outW, errW
+	err = sp.Start(cmd, true)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		logw.close()
+		outR.Close()
+		errR.Close()
+		return err
+	}
+	c.mu.Lock()
+	c.cmd = cmd
+	c.mu.Unlock()
+
+	// The log closes when both streams end, which may be after the process:
+	// a child it left behind can still hold them.
+	var streams sync.WaitGroup
+	streams.Add(2)
+	go func() { defer streams.Done(); logw.copyStream("stdout", outR); outR.Close() }()
+	go func() { defer streams.Done(); logw.copyStream("stderr", errR); errR.Close() }()
+	go func() { streams.Wait(); logw.close() }()
+	go func() {
+		werr := cmd.Wait()
+		code := exitCode(werr)
+		reason := "Completed"
+		if code != 0 {
+			reason = "Error"
+		}
+		onExit(c.id, code, reason)
+		close(c.exited)
+	}()
+	return nil
+}
+
+// stop ends the process with SIGTERM and, after grace, SIGKILL, and returns
+// once it has been reaped. It returns false when no process ever ran.
+func (c *container) stop(grace time.Duration) bool {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.mu.Unlock()
+	if cmd == nil {
+		return false
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-c.exited
+	}
+	return true
+}
+
+// kill ends the process group at once and waits for it.
+func (c *container) kill() {
+	c.mu.Lock()
+	cmd := c.cmd
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-c.exited
+}
+
+// remove deletes the container's folder and log. The root holds mount points
+// only inside the container's own mount namespace, gone with its processes,
+// so here it is a tree of empty folders and files.
+func (c *container) remove() {
+	_ = os.RemoveAll(c.dir)
+	if c.logPath != "" {
+		_ = os.Remove(c.logPath)
+	}
+}
+
+// execSync runs cmd in a fresh mount namespace built like the container's, so
+// it sees the same files (volumes, devices, its program).
+func (c *container) execSync(ctx context.Context, sp *proc.Spawner, self string, args []string) ([]byte, []byte, int32, error) {
+	if len(args) == 0 {
+		return nil, nil, 0, fmt.Errorf("empty command")
+	}
+	spec := c.spec
+	spec.Args = args
+	spec.Rootfs = filepath.Join(c.dir, fmt.Sprintf("exec-%d", time.Now().UnixNano()))
+	defer os.RemoveAll(spec.Rootfs)
+	specPath, err := c.writeSpec(filepath.Base(spec.Rootfs)+".json", spec)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer os.Remove(specPath)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(self, InitCommand, specPath)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := sp.Start(cmd, true); err != nil {
+		return nil, nil, 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return stdout.Bytes(), stderr.Bytes(), 0, fmt.Errorf("timed out: %w", ctx.Err())
+	}
+	return stdout.Bytes(), stderr.Bytes(), exitCode(err), nil
+}
+
+// serviceEnv points the kubernetes Service variables the kubelet set at the
+// API server's real address.
+func serviceEnv(env []string, apiServer string) []string {
+	host, port, err := net.SplitHostPort(apiServer)
+	if err != nil {
+		return append([]string(nil), env...)
+	}
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		switch {
+		case strings.HasPrefix(kv, "KUBERNETES_SERVICE_HOST="):
+			kv = "KUBERNETES_SERVICE_HOST=" + host
+		case strings.HasPrefix(kv, "KUBERNETES_SERVICE_PORT="):
+			kv = "KUBERNETES_SERVICE_PORT=" + port
+		}
+		out = append(out, kv)
+	}
+	return out
+}

@@ -1,0 +1,163 @@
+package cri
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// InitCommand is the hidden sub-command of the simnode binary that becomes a
+// container: started in a new mount namespace, it builds the container's root
+// from bind mounts, chroots into it and execs the container's program. Go
+// cannot run code between fork and exec, hence the re-exec.
+const InitCommand = "container-init"
+
+// initSpec is what container-init needs; the runtime writes it next to the
+// container's root folder.
+type initSpec struct {
+	Rootfs string   `json:"rootfs"`
+	Binds  []bind   `json:"binds"`
+	Args   []string `json:"args"`
+	Env    []string `json:"env"`
+	Cwd    string   `json:"cwd,omitempty"`
+}
+
+type bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"` // path inside the container
+	ReadOnly bool   `json:"readOnly,omitempty"`
+	// Symlink: create Target as a symbolic link to Source instead of mounting
+	// (merged-/usr hosts have /bin -> usr/bin).
+	Symlink bool `json:"symlink,omitempty"`
+}
+
+// systemDirs come from this machine into every container, read-only, so that
+// shell one-liners and our binaries find their interpreter and libraries.
+var systemDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/proc", "/sys"}
+
+// systemFiles are single files of /etc a program may need; /etc itself is
+// not shared, because pods mount files into it (/etc/hosts, CDI specs).
+var systemFiles = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/ld.so.cache", "/etc/localtime"}
+
+// devFiles are the character devices every container gets from the host.
+var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// underSystemDir reports whether a container path lies below a folder shared
+// with the host, where making a mount point would write to the host.
+func underSystemDir(target string) bool {
+	for _, d := range systemDirs {
+		if target == d || strings.HasPrefix(target, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// RunInit is container-init: it never returns on success (the process becomes
+// the container's program).
+func RunInit(specPath string) error {
+	data, err := os.ReadFile(specPath)
+	if err != nil {
+		return fmt.Errorf("container-init: %w", err)
+	}
+	var spec initSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("container-init: parse %s: %w", specPath, err)
+	}
+	for _, b := range spec.Binds {
+		if err := applyBind(spec.Rootfs, b); err != nil {
+			return fmt.Errorf("container-init: %s -> %s: %w", b.Source, b.Target, err)
+		}
+	}
+	path, err := lookPath(spec.Rootfs, spec.Args[0], spec.Env)
+	if err != nil {
+		return fmt.Errorf("container-init: %w", err)
+	}
+	if err := unix.Chroot(spec.Rootfs); err != nil {
+		return fmt.Errorf("container-init: chroot %s: %w", spec.Rootfs, err)
+	}
+	cwd := spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	if err := os.Chdir(cwd); err != nil {
+		return fmt.Errorf("container-init: chdir %s: %w", cwd, err)
+	}
+	return fmt.Errorf("container-init: exec %s: %w", path, syscall.Exec(path, spec.Args, spec.Env))
+}
+
+func applyBind(rootfs string, b bind) error {
+	if !b.Symlink && underSystemDir(b.Target) && !isSystemTarget(b.Target) {
+		return errors.New("mount point lies below a folder shared with the host")
+	}
+	target := filepath.Join(rootfs, b.Target)
+	if b.Symlink {
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		return os.Symlink(b.Source, target)
+	}
+	st, err := os.Stat(b.Source)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	if err := unix.Mount(b.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind mount: %w", err)
+	}
+	if b.ReadOnly {
+		if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("remount read-only: %w", err)
+		}
+	}
+	return nil
+}
+
+func isSystemTarget(target string) bool {
+	for _, d := range systemDirs {
+		if target == d {
+			return true
+		}
+	}
+	return false
+}
+
+// lookPath resolves the program as the container would: relative to its root,
+// through the PATH of its environment.
+func lookPath(rootfs, name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	pathEnv := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		candidate := filepath.Join(dir, name)
+		if st, err := os.Stat(filepath.Join(rootfs, candidate)); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return candidate, nil
+		}
+	}
+	return "", fmt.Errorf("%q not found in PATH %s", name, pathEnv)
+}

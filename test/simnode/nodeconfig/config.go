@@ -1,0 +1,96 @@
+// Package nodeconfig describes one simulated node: its name, address and
+// folder tree. Kept apart from the node itself, so that the harness and tests
+// can use it without linking the kubelet.
+package nodeconfig
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Config describes one node; the harness writes it as node.json in the node's
+// folder and starts `simnode node --config <that file>`.
+type Config struct {
+	Name string `json:"name"`
+	// IP is the node's own loopback address (127.x.y.z): its InternalIP, the
+	// kubelet's listen address, and the address of hostNetwork pods.
+	IP string `json:"ip"`
+	// PodIPPrefix is three octets ("127.130.0") from which pod IPs are drawn.
+	PodIPPrefix string `json:"podIPPrefix"`
+	// Dir is the node's folder; it plays the node's "/" for hostPath volumes.
+	Dir        string `json:"dir"`
+	Kubeconfig string `json:"kubeconfig"`
+	// APIServer is host:port of the API server. Containers see it as the
+	// kubernetes Service (KUBERNETES_SERVICE_HOST/PORT): there is no
+	// kube-proxy to route the Service's cluster IP.
+	APIServer   string            `json:"apiServer"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	KubeletPort int               `json:"kubeletPort"`
+	// FeatureGates are applied to this process' default feature gate, as the
+	// kubelet's --feature-gates would.
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// Images maps an image name (without tag) to a program on this machine:
+	// containers of that image run the program, with the pod's volumes
+	// bind-mounted in a private mount namespace.
+	Images map[string]string `json:"images,omitempty"`
+	// Verbosity is the kubelet's -v.
+	Verbosity int `json:"verbosity,omitempty"`
+}
+
+// Derived paths, all under Dir, so that removing Dir removes the node.
+func (c *Config) RootDir() string       { return filepath.Join(c.Dir, "var/lib/kubelet") }
+func (c *Config) PodLogsDir() string    { return filepath.Join(c.Dir, "var/log/pods") }
+func (c *Config) CRISocket() string     { return filepath.Join(c.Dir, "run/cri.sock") }
+func (c *Config) ContainersDir() string { return filepath.Join(c.Dir, "containers") }
+func (c *Config) StaticPodsDir() string { return filepath.Join(c.Dir, "etc/kubernetes/manifests") }
+
+// ViewsDir holds the recorded container views (see package cri).
+func (c *Config) ViewsDir() string { return filepath.Join(c.Dir, "views") }
+func (c *Config) TmpDir() string   { return filepath.Join(c.Dir, "tmp") }
+func (c *Config) CDIDirs() []string {
+	return []string{filepath.Join(c.Dir, "etc/cdi"), filepath.Join(c.Dir, "var/run/cdi")}
+}
+
+// LoadConfig reads a node.json.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read node config: %w", err)
+	}
+	c := &Config{}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, fmt.Errorf("parse node config %s: %w", path, err)
+	}
+	if c.Name == "" || c.IP == "" || c.Dir == "" || c.Kubeconfig == "" {
+		return nil, fmt.Errorf("node config %s: name, ip, dir and kubeconfig are required", path)
+	}
+	return c, nil
+}
+
+// Save writes the config to path.
+func (c *Config) Save(path string) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// MakeDirs creates the node's folder tree: what the kubelet, the plugins
+// (plugins_registry, plugins) and the runtime expect to exist.
+func (c *Config) MakeDirs() error {
+	dirs := []string{
+		c.RootDir(), filepath.Join(c.RootDir(), "plugins_registry"), filepath.Join(c.RootDir(), "plugins"),
+		c.PodLogsDir(), filepath.Dir(c.CRISocket()), c.ContainersDir(), c.StaticPodsDir(), c.TmpDir(),
+		filepath.Join(c.Dir, "dev"),
+	}
+	dirs = append(dirs, c.CDIDirs()...)
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("node %s: %w", c.Name, err)
+		}
+	}
+	return nil
+}

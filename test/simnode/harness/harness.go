@@ -49,6 +49,9 @@ type Node struct {
 	logFile *os.File
 }
 
+// Pid is the node process' id.
+func (n *Node) Pid() int { return n.cmd.Process.Pid }
+
 // LogPath is the node process' log (kubelet and runtime).
 func (n *Node) LogPath() string { return filepath.Join(n.Config.Dir, "node.log") }
 

@@ -19,6 +19,7 @@
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/event_recorder.h"
+#include "cluster_client.h"
 #include "test_cluster.h"
 
 namespace nvdra::testing {
@@ -34,20 +35,10 @@ constexpr auto kIdleDeadline = 60s;  // generous: the machine is shared
 class EventRecorderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string error;
-    cluster_ = TestCluster::Start(&error).release();
-    ASSERT_NE(cluster_, nullptr) << error;
-    k8s::ConfigSources sources;
-    sources.kubeconfig = cluster_->kubeconfig().string();
-    sources.qps = 0;
-    auto config = k8s::LoadConfig(sources);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto client = k8s::Client::New(*config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-    auto ns = client_->Create(k8s::resources::kNamespaces, "",
-                              {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
-    ASSERT_TRUE(ns.ok()) << ns.status();
+    ClusterClient started;
+    ASSERT_EQ(StartClusterClient(started, kNs), "");
+    cluster_ = started.cluster.release();
+    client_ = started.client.release();
   }
   static void TearDownTestSuite() {
     delete client_;

@@ -22,6 +22,7 @@
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/flow_control.h"
+#include "cluster_client.h"
 #include "test_cluster.h"
 
 namespace nvdra::testing {
@@ -42,21 +43,11 @@ json ConfigMap(const std::string& name, json data = json::object()) {
 class K8sClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string error;
-    cluster_ = TestCluster::Start(&error).release();
-    ASSERT_NE(cluster_, nullptr) << error;
-    k8s::ConfigSources sources;
-    sources.kubeconfig = cluster_->kubeconfig().string();
-    sources.qps = 0;  // tests measure the server, not the client's limiter
-    auto config = k8s::LoadConfig(sources);
-    ASSERT_TRUE(config.ok()) << config.status();
-    config_ = new k8s::RestConfig(*config);
-    auto client = Client::New(*config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-    auto ns = client_->Create(k8s::resources::kNamespaces, "",
-                              {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
-    ASSERT_TRUE(ns.ok()) << ns.status();
+    ClusterClient started;
+    ASSERT_EQ(StartClusterClient(started, kNs), "");
+    cluster_ = started.cluster.release();
+    config_ = new k8s::RestConfig(started.config);
+    client_ = started.client.release();
   }
   static void TearDownTestSuite() {
     delete client_;

@@ -36,6 +36,7 @@
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/rest_list_watch.h"
+#include "cluster_client.h"
 #include "test_cluster.h"
 
 namespace nvdra::testing {
@@ -109,17 +110,10 @@ class EventLog {
 class K8sInformerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string error;
-    cluster_ = TestCluster::Start(&error).release();
-    ASSERT_NE(cluster_, nullptr) << error;
-    k8s::ConfigSources sources;
-    sources.kubeconfig = cluster_->kubeconfig().string();
-    sources.qps = 0;
-    auto config = k8s::LoadConfig(sources);
-    ASSERT_TRUE(config.ok()) << config.status();
-    auto client = Client::New(*config);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
+    ClusterClient started;
+    ASSERT_EQ(StartClusterClient(started, ""), "");
+    cluster_ = started.cluster.release();
+    client_ = started.client.release();
   }
   static void TearDownTestSuite() {
     delete client_;

@@ -31,6 +31,7 @@
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/leader_election.h"
+#include "cluster_client.h"
 #include "test_cluster.h"
 
 namespace nvdra::testing {
@@ -142,22 +143,12 @@ class Process {
 class LeaderElectionTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string error;
-    cluster_ = TestCluster::Start(&error).release();
-    ASSERT_NE(cluster_, nullptr) << error;
-    k8s::ConfigSources sources;
-    sources.kubeconfig = cluster_->kubeconfig().string();
-    sources.qps = 0;
-    auto config = k8s::LoadConfig(sources);
-    ASSERT_TRUE(config.ok()) << config.status();
     k8s::ClientOptions options;
     options.request_timeout = 1s;  // below the renew deadline
-    auto client = k8s::Client::New(*config, options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = client->release();
-    auto ns = client_->Create(k8s::resources::kNamespaces, "",
-                              {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
-    ASSERT_TRUE(ns.ok()) << ns.status();
+    ClusterClient started;
+    ASSERT_EQ(StartClusterClient(started, kNs, options), "");
+    cluster_ = started.cluster.release();
+    client_ = started.client.release();
   }
   static void TearDownTestSuite() {
     delete client_;

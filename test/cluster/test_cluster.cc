@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -171,6 +172,25 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
 }
 
 std::unique_ptr<TestCluster> TestCluster::Start(std::string* error, const std::string& bin_dir) {
+  // A start can lose a race for a port with another process on this machine
+  // (the launcher picks free ports, then the servers bind them); a fresh
+  // attempt picks new ones. Every failed attempt is reported.
+  constexpr int kAttempts = 3;
+  std::string failures;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    std::string attempt_error;
+    if (auto cluster = StartOnce(&attempt_error, bin_dir)) {
+      if (!failures.empty()) std::fprintf(stderr, "TestCluster: started after failures:\n%s", failures.c_str());
+      return cluster;
+    }
+    failures += "attempt " + std::to_string(attempt) + ": " + attempt_error + "\n";
+    if (attempt_error.find("is missing") != std::string::npos) break;  // no retry can help
+  }
+  *error = failures;
+  return nullptr;
+}
+
+std::unique_ptr<TestCluster> TestCluster::StartOnce(std::string* error, const std::string& bin_dir) {
   std::unique_ptr<TestCluster> cluster(new TestCluster());
   cluster->bin_dir_ = std::filesystem::path(bin_dir.empty() ? std::string(NVDRA_CLUSTER_BIN) : bin_dir);
   const auto launcher = cluster->bin_dir_ / "cluster-launcher";
@@ -206,6 +226,15 @@ std::unique_ptr<TestCluster> TestCluster::Start(std::string* error, const std::s
   if (line.rfind(prefix, 0) != 0) {
     cluster->Stop();
     *error = "control plane did not start; launcher log " + log_path.string() + ":\n" + ReadFileOrEmpty(log_path);
+    // The folder goes with the failed attempt: keep the end of each
+    // component's log in the message.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(cluster->dir_ / "logs", ec)) {
+      std::string text = ReadFileOrEmpty(entry.path());
+      constexpr std::size_t kTail = 1500;
+      if (text.size() > kTail) text = "..." + text.substr(text.size() - kTail);
+      *error += "--- " + entry.path().filename().string() + " (end):\n" + text + "\n";
+    }
     return nullptr;
   }
   cluster->kubeconfig_ = line.substr(prefix.size());

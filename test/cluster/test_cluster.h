@@ -40,7 +40,10 @@ class TestCluster {
  public:
   // Starts a cluster and waits until it takes workloads (API server ready,
   // controllers and scheduler healthy, default ServiceAccount created).
-  // Returns nullptr and fills `error` (with the launcher's log) on failure.
+  // Retries with new ports when a start fails (another process may take a
+  // port between the launcher picking it and a server binding it). Returns
+  // nullptr and fills `error` (the launcher's and components' logs of every
+  // attempt) when all attempts failed.
   // `bin_dir` holds cluster-launcher and the servers; empty means the
   // directory CMake configured (NVDRA_CLUSTER_BIN).
   static std::unique_ptr<TestCluster> Start(std::string* error, const std::string& bin_dir = "");
@@ -77,6 +80,8 @@ class TestCluster {
 
  private:
   TestCluster() = default;
+  // One start attempt (Start retries it).
+  static std::unique_ptr<TestCluster> StartOnce(std::string* error, const std::string& bin_dir);
 
   std::filesystem::path dir_;
   std::filesystem::path bin_dir_;

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -70,13 +71,23 @@ type cluster struct {
 	apiRestarts int          // kube-apiserver restarts done by restartAPIServer
 }
 
+// freePort picks a port that is free now, below the kernel's ephemeral range
+// (32768 and up by default): a port from that range, handed out by a ":0"
+// listen, is soon reused by some outgoing connection on a busy machine and the
+// server that binds it later fails. Several launchers side by side pick at
+// random, and TestCluster retries a start that still loses a race.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	const low, high = 20000, 32000
+	for attempt := 0; attempt < 200; attempt++ {
+		port := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port in 20000-32000 after 200 tries")
 }
 
 func (c *cluster) path(parts ...string) string {

@@ -16,12 +16,11 @@
 
 namespace nvdra::k8s {
 
-// status.nodes[i] of a ComputeDomain, keyed by name.
-class ComputeDomainNode : public JsonView {
+// What a ComputeDomain's status.nodes[i] and a clique's daemons[i] both say
+// about one node's IMEX daemon.
+class DaemonInfoView : public JsonView {
  public:
   using JsonView::JsonView;
-  std::string name() const { return GetString({"name"}); }
-  void set_name(std::string_view value) { Set({"name"}, value); }
   std::string ip_address() const { return GetString({"ipAddress"}); }
   void set_ip_address(std::string_view value) { Set({"ipAddress"}, value); }
   std::string clique_id() const { return GetString({"cliqueID"}); }
@@ -31,6 +30,14 @@ class ComputeDomainNode : public JsonView {
   void set_index(std::int64_t value) { Set({"index"}, value); }
   std::string status() const { return GetString({"status"}); }  // Ready, NotReady
   void set_status(std::string_view value) { Set({"status"}, value); }
+};
+
+// status.nodes[i] of a ComputeDomain, keyed by name.
+class ComputeDomainNode : public DaemonInfoView {
+ public:
+  using DaemonInfoView::DaemonInfoView;
+  std::string name() const { return GetString({"name"}); }
+  void set_name(std::string_view value) { Set({"name"}, value); }
 };
 
 class ComputeDomain : public Object {
@@ -63,19 +70,11 @@ class ComputeDomain : public Object {
 };
 
 // daemons[i] of a ComputeDomainClique, keyed by nodeName.
-class CliqueDaemon : public JsonView {
+class CliqueDaemon : public DaemonInfoView {
  public:
-  using JsonView::JsonView;
+  using DaemonInfoView::DaemonInfoView;
   std::string node_name() const { return GetString({"nodeName"}); }
   void set_node_name(std::string_view value) { Set({"nodeName"}, value); }
-  std::string ip_address() const { return GetString({"ipAddress"}); }
-  void set_ip_address(std::string_view value) { Set({"ipAddress"}, value); }
-  std::string clique_id() const { return GetString({"cliqueID"}); }
-  void set_clique_id(std::string_view value) { Set({"cliqueID"}, value); }
-  std::int64_t index() const { return GetInt({"index"}, -1); }
-  void set_index(std::int64_t value) { Set({"index"}, value); }
-  std::string status() const { return GetString({"status"}); }
-  void set_status(std::string_view value) { Set({"status"}, value); }
 };
 
 class ComputeDomainClique : public Object {

@@ -46,6 +46,9 @@ def informer(path, results):
     figures = [
         (f"informer_initial_sync_{size}", "synced", "sync_seconds", "s"),
         (f"informer_rss_{size}", "synced", "rss_bytes", "bytes"),
+        # Again after the updates: Go's RSS right after sync depends on where
+        # its collector happens to be; this one is a steady state.
+        (f"informer_rss_{size}_after_updates", "done", "rss_bytes", "bytes"),
         ("informer_cpu_per_1000_updates", "done", "cpu_seconds_per_1000_updates", "s"),
     ]
     ours, peer = data.get("nvdra"), data.get("client-go")

@@ -84,10 +84,13 @@ void Informer::RunWatchLoop(std::stop_token stop) {
   // serve even a fresh list's version; relisting at once would loop hot.
   // (Gone long after a quiet list is normal: etcd compacted meanwhile.)
   bool fresh_list = false;
+  // The first list may come from the server's watch cache; after a 410 the
+  // next one is a quorum read.
+  bool list_from_cache = options_.first_list_from_watch_cache;
   workqueue::TimePoint listed_at;
   while (!stop.stop_requested()) {
     if (!resource_version) {
-      resource_version = ListOnce(stop);
+      resource_version = ListOnce(stop, list_from_cache);
       if (!resource_version) {
         if (!workqueue::SleepUntil(clock_, clock_.Now() + backoff_.Next(), stop)) return;
         continue;
@@ -108,6 +111,7 @@ void Informer::RunWatchLoop(std::stop_token stop) {
         LOG_INFO(2, "resource version expired, relisting",
                  {{"informer", options_.description}, {"resourceVersion", watched_from}});
         resource_version.reset();
+        list_from_cache = false;
         if (fresh_list && clock_.Now() - listed_at < options_.min_watch_duration &&
             !workqueue::SleepUntil(clock_, clock_.Now() + backoff_.Next(), stop)) {
           return;
@@ -120,8 +124,9 @@ void Informer::RunWatchLoop(std::stop_token stop) {
   }
 }
 
-std::optional<std::string> Informer::ListOnce(std::stop_token stop) {
+std::optional<std::string> Informer::ListOnce(std::stop_token stop, bool from_cache) {
   ListOptions list_options;
+  if (from_cache) list_options.resource_version = "0";
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
   common::StatusOr<ListResult> result = list_watch_->List(list_options, stop);

@@ -66,6 +66,11 @@ struct InformerOptions {
   std::string description;
   std::string label_selector;
   std::string field_selector;
+  // List first with resourceVersion "0" (any version the API server's watch
+  // cache holds, served without paging through etcd), as client-go does; the
+  // watch that follows brings the cache up to date. Relists after a 410 are
+  // quorum reads either way.
+  bool first_list_from_watch_cache = true;
   // Each watch asks the server to end it after a random time in
   // [watch_timeout, 2 * watch_timeout), so that reconnects of many clients
   // spread out (client-go does the same, 5 to 10 minutes).
@@ -143,7 +148,10 @@ class Informer {
   void RunWatchLoop(std::stop_token stop);
   // Lists and queues the result; returns its resourceVersion, or nullopt on
   // error (logged) or stop.
-  std::optional<std::string> ListOnce(std::stop_token stop);
+  // `from_cache`: resourceVersion "0", which the API server answers from its
+  // watch cache in one piece, as client-go's reflector does for its first
+  // list; otherwise a quorum read (after a 410 the cache may be behind).
+  std::optional<std::string> ListOnce(std::stop_token stop, bool from_cache);
   // Watches from `resource_version` (updated as events arrive) until the
   // stream ends, fails, or reports Gone.
   WatchOutcome WatchOnce(std::string& resource_version, std::stop_token stop);

@@ -9,17 +9,6 @@ namespace {
 // give up after this many restarts and let its backoff retry.
 constexpr int kMaxListRestarts = 3;
 
-cache::WatchEventType ToCacheType(WatchEventType type) {
-  switch (type) {
-    case WatchEventType::kAdded: return cache::WatchEventType::kAdded;
-    case WatchEventType::kModified: return cache::WatchEventType::kModified;
-    case WatchEventType::kDeleted: return cache::WatchEventType::kDeleted;
-    case WatchEventType::kBookmark: return cache::WatchEventType::kBookmark;
-    case WatchEventType::kError: return cache::WatchEventType::kError;
-  }
-  return cache::WatchEventType::kError;
-}
-
 // The REST watch stream under the cache's interface.
 class RestWatchStream final : public cache::WatchStream {
  public:
@@ -28,10 +17,7 @@ class RestWatchStream final : public cache::WatchStream {
   common::StatusOr<std::optional<cache::WatchEvent>> Next(std::stop_token stop) override {
     ApiResult<std::optional<WatchEvent>> next = stream_->Next(stop);
     if (!next.ok()) return next.status();
-    if (!next->has_value()) return std::optional<cache::WatchEvent>();
-    WatchEvent& event = **next;
-    return std::optional<cache::WatchEvent>(
-        cache::WatchEvent{ToCacheType(event.type), std::move(event.object)});
+    return std::move(*next);
   }
   void Stop() override { stream_->Stop(); }
 

@@ -8,17 +8,6 @@ using common::Status;
 using common::StatusOr;
 using nlohmann::json;
 
-std::string_view WatchEventTypeName(WatchEventType type) {
-  switch (type) {
-    case WatchEventType::kAdded: return "ADDED";
-    case WatchEventType::kModified: return "MODIFIED";
-    case WatchEventType::kDeleted: return "DELETED";
-    case WatchEventType::kBookmark: return "BOOKMARK";
-    case WatchEventType::kError: return "ERROR";
-  }
-  return "?";
-}
-
 StatusOr<WatchEvent> ParseWatchEvent(std::string_view line) {
   json parsed = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!parsed.is_object()) return common::InvalidArgumentError("watch event: not a JSON object");
@@ -26,19 +15,9 @@ StatusOr<WatchEvent> ParseWatchEvent(std::string_view line) {
   if (type == parsed.end() || !type->is_string()) return common::InvalidArgumentError("watch event: no type");
   WatchEvent event;
   const std::string& t = type->get_ref<const std::string&>();
-  if (t == "ADDED") {
-    event.type = WatchEventType::kAdded;
-  } else if (t == "MODIFIED") {
-    event.type = WatchEventType::kModified;
-  } else if (t == "DELETED") {
-    event.type = WatchEventType::kDeleted;
-  } else if (t == "BOOKMARK") {
-    event.type = WatchEventType::kBookmark;
-  } else if (t == "ERROR") {
-    event.type = WatchEventType::kError;
-  } else {
-    return common::InvalidArgumentError("watch event: unknown type \"" + t + "\"");
-  }
+  StatusOr<WatchEventType> parsed_type = cache::ParseWatchEventType(t);
+  if (!parsed_type.ok()) return common::InvalidArgumentError("watch event: unknown type \"" + t + "\"");
+  event.type = *parsed_type;
   auto object = parsed.find("object");
   if (object == parsed.end() || !object->is_object()) {
     return common::InvalidArgumentError("watch event " + t + ": no object");

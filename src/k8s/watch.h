@@ -23,18 +23,17 @@
 
 #include "common/status.h"
 #include "k8s/api_error.h"
+#include "k8s/cache/list_watch.h"
 #include "k8s/transport.h"
 
 namespace nvdra::k8s {
 
-enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
-
-std::string_view WatchEventTypeName(WatchEventType type);
-
-struct WatchEvent {
-  WatchEventType type = WatchEventType::kAdded;
-  nlohmann::json object;  // the object; for kError the Status
-};
+// One event type and event shape for the REST watch and the informer's
+// ListWatch interface (k8s/cache/list_watch.h), so the adapter passes events
+// through unchanged.
+using cache::WatchEventType;
+using cache::WatchEventTypeName;
+using cache::WatchEvent;
 
 struct WatchOptions {
   std::string resource_version;  // start after this RV; "" = from now, after a synthetic ADDED of each object

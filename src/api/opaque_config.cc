@@ -1,0 +1,281 @@
+#include "api/opaque_config.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace nvdra::api {
+
+using common::Status;
+using common::StatusOr;
+using nlohmann::json;
+
+namespace {
+
+// The shape of a kind, for strict decoding: which fields exist and what JSON
+// type each has. Deliberately a small table rather than a type per kind: the
+// plugins act on few fields, and the webhook must judge exactly the same way.
+struct Field {
+  enum class Type { kString, kInt, kBool, kObject, kStringMap, kQuantity };
+  Type type = Type::kString;
+  std::map<std::string, Field> fields;  // for kObject
+};
+
+using Type = Field::Type;
+
+Field Object(std::map<std::string, Field> fields) { return Field{Type::kObject, std::move(fields)}; }
+Field Scalar(Type type) { return Field{type, {}}; }
+
+Field MpsConfigShape() {
+  return Object({{"defaultActiveThreadPercentage", Scalar(Type::kInt)},
+                 {"defaultPinnedDeviceMemoryLimit", Scalar(Type::kQuantity)},
+                 {"defaultPerDevicePinnedMemoryLimit", Scalar(Type::kStringMap)},
+                 {"multiUser", Scalar(Type::kBool)}});
+}
+
+Field KindShape(ConfigKind kind) {
+  std::map<std::string, Field> top{{"apiVersion", Scalar(Type::kString)}, {"kind", Scalar(Type::kString)}};
+  switch (kind) {
+    case ConfigKind::kGpuConfig:
+      top["sharing"] = Object({{"strategy", Scalar(Type::kString)},
+                               {"timeSlicingConfig", Object({{"interval", Scalar(Type::kString)}})},
+                               {"mpsConfig", MpsConfigShape()}});
+      break;
+    case ConfigKind::kMigDeviceConfig:
+      top["sharing"] = Object({{"strategy", Scalar(Type::kString)}, {"mpsConfig", MpsConfigShape()}});
+      break;
+    case ConfigKind::kVfioDeviceConfig:
+      top["iommu"] = Object({{"backendPolicy", Scalar(Type::kString)}, {"enableAPIDevice", Scalar(Type::kBool)}});
+      break;
+    case ConfigKind::kComputeDomainChannelConfig:
+      top["domainID"] = Scalar(Type::kString);
+      top["allocationMode"] = Scalar(Type::kString);
+      break;
+    case ConfigKind::kComputeDomainDaemonConfig:
+      top["domainID"] = Scalar(Type::kString);
+      break;
+  }
+  return Object(std::move(top));
+}
+
+std::string_view TypeName(Type type) {
+  switch (type) {
+    case Type::kString: return "a string";
+    case Type::kInt: return "an integer";
+    case Type::kBool: return "true or false";
+    case Type::kObject: return "an object";
+    case Type::kStringMap: return "an object of quantities";
+    case Type::kQuantity: return "a quantity such as \"1Gi\"";
+  }
+  return "?";
+}
+
+// null is accepted for any field, as Go's decoder leaves the field unset.
+Status CheckShape(const json& value, const Field& shape, const std::string& path) {
+  if (value.is_null()) return common::OkStatus();
+  bool ok = false;
+  switch (shape.type) {
+    case Type::kString: ok = value.is_string(); break;
+    case Type::kInt: ok = value.is_number_integer(); break;
+    case Type::kBool: ok = value.is_boolean(); break;
+    case Type::kQuantity: ok = value.is_string() || value.is_number(); break;
+    case Type::kObject:
+    case Type::kStringMap: ok = value.is_object(); break;
+  }
+  if (!ok) {
+    return common::InvalidArgumentError(
+        fmt::format("{}: must be {}, not {}", path, TypeName(shape.type), value.type_name()));
+  }
+  if (shape.type == Type::kStringMap) {
+    for (const auto& [key, item] : value.items()) {
+      RETURN_IF_ERROR(CheckShape(item, Scalar(Type::kQuantity), fmt::format("{}.{}", path, key)));
+    }
+  }
+  if (shape.type != Type::kObject) return common::OkStatus();
+  for (const auto& [key, item] : value.items()) {
+    auto field = shape.fields.find(key);
+    if (field == shape.fields.end()) {
+      std::string known;
+      for (const auto& [name, unused] : shape.fields) known += (known.empty() ? "" : ", ") + name;
+      return common::InvalidArgumentError(
+          fmt::format("{}.{}: unknown field (known fields here: {})", path, key, known));
+    }
+    RETURN_IF_ERROR(CheckShape(item, field->second, fmt::format("{}.{}", path, key)));
+  }
+  return common::OkStatus();
+}
+
+const std::map<std::string, ConfigKind, std::less<>>& KindsByName() {
+  static const auto* kinds = new std::map<std::string, ConfigKind, std::less<>>{
+      {"GpuConfig", ConfigKind::kGpuConfig},
+      {"MigDeviceConfig", ConfigKind::kMigDeviceConfig},
+      {"VfioDeviceConfig", ConfigKind::kVfioDeviceConfig},
+      {"ComputeDomainChannelConfig", ConfigKind::kComputeDomainChannelConfig},
+      {"ComputeDomainDaemonConfig", ConfigKind::kComputeDomainDaemonConfig},
+  };
+  return *kinds;
+}
+
+std::string StringField(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+std::string_view ConfigKindName(ConfigKind kind) {
+  for (const auto& [name, k] : KindsByName()) {
+    if (k == kind) return name;
+  }
+  return "unknown";
+}
+
+OpaqueConfig DefaultConfig(ConfigKind kind) {
+  return OpaqueConfig{kind, json{{"apiVersion", kGroupVersion}, {"kind", ConfigKindName(kind)}}};
+}
+
+StatusOr<OpaqueConfig> DecodeOpaqueConfig(const json& parameters, std::string_view where) {
+  if (!parameters.is_object()) {
+    return common::InvalidArgumentError(
+        fmt::format("{}: must be an object with apiVersion and kind, not {}", where, parameters.type_name()));
+  }
+  const std::string api_version = StringField(parameters, "apiVersion");
+  const std::string kind_name = StringField(parameters, "kind");
+  if (api_version != kGroupVersion) {
+    return common::InvalidArgumentError(fmt::format(
+        "{}.apiVersion: \"{}\" is not supported; use \"{}\"", where, api_version, kGroupVersion));
+  }
+  auto kind = KindsByName().find(kind_name);
+  if (kind == KindsByName().end()) {
+    return common::InvalidArgumentError(fmt::format(
+        "{}.kind: unknown kind \"{}\"; one of GpuConfig, MigDeviceConfig, VfioDeviceConfig, "
+        "ComputeDomainChannelConfig, ComputeDomainDaemonConfig",
+        where, kind_name));
+  }
+  RETURN_IF_ERROR(CheckShape(parameters, KindShape(kind->second), std::string(where)));
+  return OpaqueConfig{kind->second, parameters};
+}
+
+Status ValidateConfig(const OpaqueConfig& config, std::string_view where) {
+  const json& object = config.object;
+  switch (config.kind) {
+    case ConfigKind::kGpuConfig:
+    case ConfigKind::kMigDeviceConfig: {
+      auto sharing = object.find("sharing");
+      if (sharing == object.end() || sharing->is_null()) return common::OkStatus();
+      const std::string strategy = StringField(*sharing, "strategy");
+      if (strategy != "TimeSlicing" && strategy != "MPS") {
+        return common::InvalidArgumentError(fmt::format(
+            "{}.sharing.strategy: unknown strategy \"{}\"; use TimeSlicing or MPS, or leave sharing out for "
+            "exclusive access",
+            where, strategy));
+      }
+      return common::UnimplementedError(fmt::format(
+          "{}.sharing: the {} sharing strategy is not supported by this driver version yet; remove "
+          "sharing for exclusive access",
+          where, strategy));
+    }
+    case ConfigKind::kVfioDeviceConfig:
+      return common::UnimplementedError(
+          fmt::format("{}: VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet", where));
+    case ConfigKind::kComputeDomainChannelConfig: {
+      if (StringField(object, "domainID").empty()) {
+        return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
+      }
+      const std::string mode = StringField(object, "allocationMode");
+      if (!mode.empty() && mode != "Single" && mode != "All") {
+        return common::InvalidArgumentError(
+            fmt::format("{}.allocationMode: \"{}\" is not one of Single, All", where, mode));
+      }
+      return common::OkStatus();
+    }
+    case ConfigKind::kComputeDomainDaemonConfig:
+      if (StringField(object, "domainID").empty()) {
+        return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
+      }
+      return common::OkStatus();
+  }
+  return common::OkStatus();
+}
+
+StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
+    const json& allocation_devices, std::string_view driver, const std::vector<ConfigKind>& defaults,
+    const std::function<StatusOr<ConfigKind>(const std::string& device)>& kind_of_device) {
+  struct Entry {
+    std::vector<std::string> requests;
+    OpaqueConfig config;
+    std::string source;
+  };
+  std::vector<Entry> entries;
+  for (ConfigKind kind : defaults) entries.push_back(Entry{{}, DefaultConfig(kind), "default"});
+
+  // Class configs first, then claim configs, each in list order.
+  const json empty = json::array();
+  const json& configs = allocation_devices.contains("config") && allocation_devices["config"].is_array()
+                            ? allocation_devices["config"]
+                            : empty;
+  for (const char* wanted_source : {"FromClass", "FromClaim"}) {
+    for (std::size_t i = 0; i < configs.size(); ++i) {
+      const json& entry = configs[i];
+      if (StringField(entry, "source") != wanted_source) continue;
+      const std::string where = fmt::format(
+          "{} config[{}].opaque.parameters",
+          std::string_view(wanted_source) == "FromClass" ? "device class" : "claim", i);
+      auto opaque = entry.find("opaque");
+      if (opaque == entry.end() || !opaque->is_object()) {
+        return common::InvalidArgumentError(
+            fmt::format("allocation config[{}]: only opaque configurations are supported", i));
+      }
+      if (StringField(*opaque, "driver") != driver) continue;
+      const json parameters = opaque->contains("parameters") ? (*opaque)["parameters"] : json();
+      ASSIGN_OR_RETURN(OpaqueConfig config, DecodeOpaqueConfig(parameters, where));
+      std::vector<std::string> requests;
+      if (auto r = entry.find("requests"); r != entry.end() && r->is_array()) {
+        for (const json& name : *r) requests.push_back(name.get<std::string>());
+      }
+      entries.push_back(Entry{std::move(requests), std::move(config), where});
+    }
+  }
+
+  std::vector<ConfiguredResults> grouped;
+  std::map<std::size_t, std::size_t> group_of_entry;
+  const json& results = allocation_devices.contains("results") && allocation_devices["results"].is_array()
+                            ? allocation_devices["results"]
+                            : empty;
+  for (const json& result : results) {
+    if (StringField(result, "driver") != driver) continue;
+    const std::string device = StringField(result, "device");
+    const std::string request = StringField(result, "request");
+    ASSIGN_OR_RETURN(ConfigKind device_kind, kind_of_device(device));
+    std::optional<std::size_t> chosen;
+    for (std::size_t i = entries.size(); i-- > 0;) {
+      const Entry& e = entries[i];
+      if (std::find(e.requests.begin(), e.requests.end(), request) != e.requests.end()) {
+        if (e.config.kind != device_kind) {
+          return common::InvalidArgumentError(fmt::format(
+              "{}: cannot apply {} to device {} of request {}: that device needs a {}", e.source,
+              ConfigKindName(e.config.kind), device, request, ConfigKindName(device_kind)));
+        }
+        chosen = i;
+        break;
+      }
+      if (e.requests.empty() && e.config.kind == device_kind) {
+        chosen = i;
+        break;
+      }
+    }
+    if (!chosen) {
+      return common::InvalidArgumentError(
+          fmt::format("no configuration applies to device {} ({})", device, ConfigKindName(device_kind)));
+    }
+    auto [it, inserted] = group_of_entry.try_emplace(*chosen, grouped.size());
+    if (inserted) grouped.push_back(ConfiguredResults{entries[*chosen].config, entries[*chosen].source, {}});
+    grouped[it->second].results.push_back(result);
+  }
+  return grouped;
+}
+
+}  // namespace nvdra::api

@@ -1,0 +1,78 @@
+#pragma once
+
+// The driver's opaque device configurations (resource.nvidia.com/v1beta1):
+// strict decoding of what users put in `spec.devices.config[].opaque
+// .parameters` of claims and classes, and the precedence rules that pick one
+// configuration per allocated device (upstream-inventory.md section 2.7).
+// Both kubelet plugins and (later) the webhook use this, so a config is
+// judged the same way everywhere; the plugins never rely on the webhook.
+//
+// Decoding is strict like upstream's StrictDecoder: apiVersion and kind must
+// name a known kind, and any unknown field fails with its JSON path. Errors
+// name the field and the fix.
+// Thread-safety: values and pure functions.
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace nvdra::api {
+
+inline constexpr std::string_view kGroupName = "resource.nvidia.com";
+inline constexpr std::string_view kGroupVersion = "resource.nvidia.com/v1beta1";
+
+enum class ConfigKind {
+  kGpuConfig,
+  kMigDeviceConfig,
+  kVfioDeviceConfig,
+  kComputeDomainChannelConfig,
+  kComputeDomainDaemonConfig,
+};
+std::string_view ConfigKindName(ConfigKind kind);
+
+// A decoded configuration. `object` is the decoded JSON (known fields only,
+// normalised); kinds that need typed access parse it where they act.
+struct OpaqueConfig {
+  ConfigKind kind = ConfigKind::kGpuConfig;
+  nlohmann::json object;
+};
+
+// Decodes `parameters` strictly. `where` prefixes error messages
+// ("spec.devices.config[0].opaque.parameters").
+common::StatusOr<OpaqueConfig> DecodeOpaqueConfig(const nlohmann::json& parameters, std::string_view where);
+
+// A config with no fields set: the built-in default of its kind.
+OpaqueConfig DefaultConfig(ConfigKind kind);
+
+// Checks a decoded config: sharing strategies, MPS and time-slicing settings
+// and VFIO options are not supported by this version yet and fail with a
+// clear kUnimplemented instead of being ignored. kInvalidArgument names the
+// field for values that are wrong in any version.
+common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where);
+
+// One allocation result of this driver and the config chosen for it.
+struct ConfiguredResults {
+  OpaqueConfig config;
+  std::string source;                 // "default", or where the config came from
+  std::vector<nlohmann::json> results;  // status.allocation.devices.results entries
+};
+
+// Picks a config for every result of `driver` in a claim's allocation
+// (status.allocation.devices), as upstream does: defaults first, then all
+// class configs, then all claim configs; for each result the last entry that
+// names its request wins, or the last entry without requests whose kind fits
+// the device. `kind_of_device` says which config kind fits a device name
+// (GpuConfig for a GPU, MigDeviceConfig for a MIG device, ...); it returns
+// kNotFound for unknown devices. A config naming a request whose device needs
+// another kind fails ("cannot apply GpuConfig to device gpu-0-mig-...").
+// Configs of other drivers are skipped; a non-opaque entry fails.
+common::StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
+    const nlohmann::json& allocation_devices, std::string_view driver, const std::vector<ConfigKind>& defaults,
+    const std::function<common::StatusOr<ConfigKind>(const std::string& device)>& kind_of_device);
+
+}  // namespace nvdra::api

@@ -19,6 +19,17 @@ type environment struct {
 
 func startEnvironment(t *testing.T, nodes int) *environment {
 	t.Helper()
+	driver, err := harness.DefaultBinary("simnode-test-driver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startEnvironmentWith(t, harness.Options{Nodes: nodes, Images: map[string]string{driverImage: driver}})
+}
+
+// startEnvironmentWith starts a control plane and opts.Nodes nodes; opts.Dir
+// and opts.Kubeconfig are filled in here.
+func startEnvironmentWith(t *testing.T, opts harness.Options) *environment {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("simulated containers need mount namespaces: run as root")
 	}
@@ -40,16 +51,8 @@ func startEnvironment(t *testing.T, nodes int) *environment {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
-	driver, err := harness.DefaultBinary("simnode-test-driver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster, err := harness.Start(harness.Options{
-		Dir:        root,
-		Kubeconfig: cp.Kubeconfig,
-		Nodes:      nodes,
-		Images:     map[string]string{driverImage: driver},
-	})
+	opts.Dir, opts.Kubeconfig = root, cp.Kubeconfig
+	cluster, err := harness.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,12 @@ func waitForSlices(ctx context.Context, t *testing.T, client kubernetes.Interfac
 
 func waitForPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
+	return waitForPodIn(ctx, t, client, namespace, name, cond)
+}
+
+// waitForPodIn waits, on a watch, until cond holds for pod ns/name.
+func waitForPodIn(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -131,6 +137,60 @@ func waitForLog(ctx context.Context, t *testing.T, client kubernetes.Interface, 
 	}
 	t.Fatalf("log of %s never held %q; last: %q", pod, want, last)
 	return ""
+}
+
+// waitForPodGone waits, on a watch, until pod ns/name no longer exists.
+func waitForPodGone(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace, name string) {
+	t.Helper()
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return client.CoreV1().Pods(namespace).Watch(ctx, o)
+		},
+	}
+	gone := func(store cache.Store) (bool, error) {
+		_, exists, err := store.GetByKey(namespace + "/" + name)
+		return !exists, err
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{}, gone, func(e watch.Event) (bool, error) {
+		return e.Type == watch.Deleted, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for pod %s/%s to be deleted: %v", namespace, name, err)
+	}
+}
+
+// waitForFileGone waits, on inotify events of its folder, until path does
+// not exist.
+func waitForFileGone(ctx context.Context, path string) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := w.Add(filepath.Dir(path)); err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("watch %s: %w", filepath.Dir(path), err)
+	}
+	for {
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-w.Errors:
+			return errors.Join(errors.New("watch failed"), err)
+		case <-w.Events:
+		}
+	}
 }
 
 // waitForFile waits, on inotify events of its folder, until cond holds for

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +40,13 @@ type Options struct {
 	Labels       map[string]string
 	FeatureGates map[string]bool
 	Verbosity    int
+	// GPUProfiles maps node names to mock NVML profiles ("h100-sxm", a name
+	// in the profiles folder, or a path to a profile JSON). Each such node
+	// gets, before it starts, a driver root at nodeconfig.DriverRootHostPath
+	// of its folder made by make-driver-root, and the label
+	// nodeconfig.GPUProfileLabel=<profile>. See gpu.go for where the mock
+	// library and the script come from.
+	GPUProfiles map[string]string
 }
 
 // Node is one running node process.
@@ -93,9 +101,23 @@ func Start(opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	var mock mockNVML
+	if len(opts.GPUProfiles) > 0 {
+		if mock, err = findMockNVML(); err != nil {
+			return nil, err
+		}
+	}
 	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner()}
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("%s%d", opts.NamePrefix, i)
+		labels := opts.Labels
+		profile := opts.GPUProfiles[name]
+		if profile != "" {
+			labels = map[string]string{nodeconfig.GPUProfileLabel: profileLabel(profile)}
+			for k, v := range opts.Labels {
+				labels[k] = v
+			}
+		}
 		cfg := nodeconfig.Config{
 			Name:         name,
 			IP:           NodeIP(i),
@@ -103,11 +125,18 @@ func Start(opts Options) (*Cluster, error) {
 			Dir:          filepath.Join(opts.Dir, name),
 			Kubeconfig:   opts.Kubeconfig,
 			APIServer:    net.JoinHostPort(server.Hostname(), server.Port()),
-			Labels:       opts.Labels,
+			Labels:       labels,
 			KubeletPort:  10250,
 			FeatureGates: opts.FeatureGates,
 			Images:       opts.Images,
 			Verbosity:    opts.Verbosity,
+			GPUProfile:   profile,
+		}
+		if profile != "" {
+			if err := layOutDriverRoot(mock, &cfg); err != nil {
+				c.Stop()
+				return nil, err
+			}
 		}
 		n, err := c.startNode(cfg)
 		if err != nil {
@@ -117,6 +146,11 @@ func Start(opts Options) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c, nil
+}
+
+// profileLabel is a profile's label value: its file name without .json.
+func profileLabel(profile string) string {
+	return strings.TrimSuffix(filepath.Base(profile), ".json")
 }
 
 func (c *Cluster) startNode(cfg nodeconfig.Config) (*Node, error) {

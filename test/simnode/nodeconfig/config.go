@@ -37,7 +37,19 @@ type Config struct {
 	Images map[string]string `json:"images,omitempty"`
 	// Verbosity is the kubelet's -v.
 	Verbosity int `json:"verbosity,omitempty"`
+	// GPUProfile names the mock NVML profile laid out as this node's driver
+	// root (DriverRoot); empty: the node has no GPUs.
+	GPUProfile string `json:"gpuProfile,omitempty"`
 }
+
+// DriverRootHostPath is where a node with a GPUProfile has its (mock) NVIDIA
+// driver root, as the node sees it: the GPU Operator's driver container
+// path, and what a plugin DaemonSet passes as nvidia-driver-root. hostPath
+// volumes of it reach DriverRoot.
+const DriverRootHostPath = "/run/nvidia/driver"
+
+// GPUProfileLabel is the node label that names the node's mock NVML profile.
+const GPUProfileLabel = "nvdra.test/gpu-profile"
 
 // Derived paths, all under Dir, so that removing Dir removes the node.
 func (c *Config) RootDir() string       { return filepath.Join(c.Dir, "var/lib/kubelet") }
@@ -49,6 +61,9 @@ func (c *Config) StaticPodsDir() string { return filepath.Join(c.Dir, "etc/kuber
 // ViewsDir holds the recorded container views (see package cri).
 func (c *Config) ViewsDir() string { return filepath.Join(c.Dir, "views") }
 func (c *Config) TmpDir() string   { return filepath.Join(c.Dir, "tmp") }
+
+// DriverRoot is DriverRootHostPath in the node's folder.
+func (c *Config) DriverRoot() string { return filepath.Join(c.Dir, DriverRootHostPath) }
 func (c *Config) CDIDirs() []string {
 	return []string{filepath.Join(c.Dir, "etc/cdi"), filepath.Join(c.Dir, "var/run/cdi")}
 }

@@ -50,7 +50,7 @@ type container struct {
 // newContainer resolves the container's CDI devices, records its view and
 // plans how it runs.
 func (r *Runtime) newContainer(id, sandboxID string, sandbox *runtimeapi.PodSandboxConfig, config *runtimeapi.ContainerConfig) (*container, error) {
-	view, err := buildView(id, sandbox, config, r.opts.CDIDirs)
+	view, err := buildView(id, sandbox, config, r.opts.CDIDirs, r.opts.NodeDir)
 	if err != nil {
 		return nil, err
 	}
@@ -132,9 +132,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f})
 		}
 	}
-	// CDI device nodes come from the node's own /dev tree when it has them.
+	// CDI device nodes come from the node's folder when it has them: the host
+	// path their spec named, else the node's own /dev tree.
 	for _, d := range c.view.Devices {
-		if src := filepath.Join(r.opts.NodeDir, d.Path); fileExists(src) {
+		src := c.view.DeviceHostPaths[d.Path]
+		if src == "" {
+			src = filepath.Join(r.opts.NodeDir, d.Path)
+		}
+		if fileExists(src) {
 			spec.Binds = append(spec.Binds, bind{Source: src, Target: d.Path})
 		}
 	}

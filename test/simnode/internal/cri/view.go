@@ -10,6 +10,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // View is what a container would see, recorded as JSON for tests: the
@@ -28,9 +29,12 @@ type View struct {
 	CDIDevices  []string          `json:"cdiDevices,omitempty"`
 	Env         []string          `json:"env"`
 	Devices     []oci.LinuxDevice `json:"devices,omitempty"`
-	Mounts      []oci.Mount       `json:"mounts,omitempty"`
-	Hooks       *oci.Hooks        `json:"hooks,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
+	// DeviceHostPaths maps a device node's container path to the file in the
+	// node's folder that its CDI spec named as host path (see mapDeviceNodes).
+	DeviceHostPaths map[string]string `json:"deviceHostPaths,omitempty"`
+	Mounts          []oci.Mount       `json:"mounts,omitempty"`
+	Hooks           *oci.Hooks        `json:"hooks,omitempty"`
+	Annotations     map[string]string `json:"annotations,omitempty"`
 }
 
 // EnvValue returns the value of the last assignment of name, as a process
@@ -48,7 +52,7 @@ func (v *View) EnvValue(name string) (string, bool) {
 // buildView applies the CDI devices the kubelet asked for (ContainerConfig's
 // CDIDevices and the older annotation form) to an OCI spec made from the
 // request. An unresolvable device is an error, as in containerd.
-func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimeapi.ContainerConfig, cdiDirs []string) (*View, error) {
+func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimeapi.ContainerConfig, cdiDirs []string, nodeDir string) (*View, error) {
 	spec := &oci.Spec{
 		Process:     &oci.Process{Args: append(append([]string{}, config.Command...), config.Args...), Cwd: config.WorkingDir},
 		Linux:       &oci.Linux{},
@@ -80,6 +84,7 @@ func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimea
 		return nil, fmt.Errorf("container %s: CDI annotations: %w", config.Metadata.GetName(), err)
 	}
 	devices = append(devices, annotated...)
+	var hostPaths map[string]string
 	if len(devices) > 0 {
 		// A fresh cache per container: no directory watch per node, and the
 		// specs a plugin wrote just before are always seen.
@@ -87,6 +92,7 @@ func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimea
 		if err != nil && cache == nil {
 			return nil, fmt.Errorf("container %s: CDI cache: %w", config.Metadata.GetName(), err)
 		}
+		hostPaths = mapDeviceNodes(cache, devices, nodeDir)
 		if unresolved, err := cache.InjectDevices(spec, devices...); err != nil {
 			return nil, fmt.Errorf("container %s: CDI devices %v unresolvable in %v: %w",
 				config.Metadata.GetName(), unresolved, cdiDirs, err)
@@ -94,23 +100,83 @@ func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimea
 	}
 
 	v := &View{
-		Namespace:   sandbox.GetMetadata().GetNamespace(),
-		Pod:         sandbox.GetMetadata().GetName(),
-		PodUID:      sandbox.GetMetadata().GetUid(),
-		Container:   config.GetMetadata().GetName(),
-		Attempt:     config.GetMetadata().GetAttempt(),
-		ContainerID: id,
-		Image:       config.GetImage().GetImage(),
-		Args:        spec.Process.Args,
-		WorkingDir:  spec.Process.Cwd,
-		CDIDevices:  devices,
-		Env:         spec.Process.Env,
-		Devices:     spec.Linux.Devices,
-		Mounts:      spec.Mounts,
-		Hooks:       spec.Hooks,
-		Annotations: spec.Annotations,
+		Namespace:       sandbox.GetMetadata().GetNamespace(),
+		Pod:             sandbox.GetMetadata().GetName(),
+		PodUID:          sandbox.GetMetadata().GetUid(),
+		Container:       config.GetMetadata().GetName(),
+		Attempt:         config.GetMetadata().GetAttempt(),
+		ContainerID:     id,
+		Image:           config.GetImage().GetImage(),
+		Args:            spec.Process.Args,
+		WorkingDir:      spec.Process.Cwd,
+		CDIDevices:      devices,
+		Env:             spec.Process.Env,
+		Devices:         spec.Linux.Devices,
+		DeviceHostPaths: hostPaths,
+		Mounts:          spec.Mounts,
+		Hooks:           spec.Hooks,
+		Annotations:     spec.Annotations,
 	}
 	return v, nil
+}
+
+// mapDeviceNodes points the host paths of the requested devices' device
+// nodes (their container path when they name none) into the node's folder,
+// which plays the node's "/", as hostPath volumes are: a plugin writes
+// /dev/nvidia0 or <driver root>/dev/nvidia0 as the node sees it. Only paths
+// that exist there are mapped; others stay paths of this machine. A mapped
+// file that is no device node (a placeholder of a fake driver root) gets
+// type "c" and, where the spec gives none, major and minor -1, so that the
+// CDI library takes the node as fully specified instead of failing on its
+// stat. Returns container path -> node-folder path of what was mapped.
+func mapDeviceNodes(cache *cdi.Cache, devices []string, nodeDir string) map[string]string {
+	mapped := map[string]string{}
+	seen := map[*cdispec.DeviceNode]bool{}
+	mapOne := func(dn *cdispec.DeviceNode) {
+		if dn == nil || seen[dn] {
+			return
+		}
+		seen[dn] = true
+		host := dn.HostPath
+		if host == "" {
+			host = dn.Path
+		}
+		if host == nodeDir || strings.HasPrefix(host, nodeDir+"/") {
+			return
+		}
+		inNode := filepath.Join(nodeDir, host)
+		st, err := os.Lstat(inNode)
+		if err != nil {
+			return
+		}
+		dn.HostPath = inNode
+		mapped[dn.Path] = inNode
+		if st.Mode()&(os.ModeDevice|os.ModeNamedPipe) != 0 {
+			return
+		}
+		if dn.Type == "" {
+			dn.Type = "c"
+		}
+		if dn.Major == 0 && dn.Type != "p" {
+			dn.Major, dn.Minor = -1, -1
+		}
+	}
+	for _, name := range devices {
+		d := cache.GetDevice(name)
+		if d == nil {
+			continue
+		}
+		for _, dn := range d.GetSpec().ContainerEdits.DeviceNodes {
+			mapOne(dn)
+		}
+		for _, dn := range d.ContainerEdits.DeviceNodes {
+			mapOne(dn)
+		}
+	}
+	if len(mapped) == 0 {
+		return nil
+	}
+	return mapped
 }
 
 // ViewPath is where the view of a pod's container is recorded under a node's

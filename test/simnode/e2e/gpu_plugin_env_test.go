@@ -299,7 +299,7 @@ func (e *gpuEnvironment) checkPluginPods(ctx context.Context, t *testing.T) map[
 			t.Fatalf("plugin view on %s: %v", n.Config.Name, err)
 		}
 		t.Logf("plugin on %s (%s): args %q", n.Config.Name, pod, view.Args)
-		for _, name := range []string{"NODE_NAME", "NAMESPACE", "NVIDIA_DRIVER_ROOT", "CDI_ROOT", "IMAGE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+		for _, name := range []string{"NODE_NAME", "NAMESPACE", "NVIDIA_DRIVER_ROOT", "CDI_ROOT", "IMAGE_NAME", "ALT_PROC_DEVICES_PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
 			v, _ := view.EnvValue(name)
 			t.Logf("  env %s=%s", name, v)
 		}

@@ -1,0 +1,160 @@
+#pragma once
+
+// The gRPC service implementations behind PluginServer (plugin_server.h):
+// registration, DRAPlugin v1 and v1beta1 (adapters to DraDriver), and
+// DRAResourceHealth v1 and v1alpha1 (streams fed by a HealthHub).
+// Internal to src/kubeletplugin; tests use PluginServer.
+//
+// Defines: RegistrationService, DraPluginV1Service, DraPluginV1beta1Service,
+// HealthHub, DraHealthV1Service, DraHealthV1alpha1Service, and the message
+// conversions they use.
+//
+// Ownership: services borrow the DraDriver; health streams share ownership of
+// the HealthHub (a stream may end after the server that opened it is gone).
+// Thread-safety: thread-safe; gRPC calls each service from many threads.
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "pkg/apis/dra-health/v1/api.grpc.pb.h"
+#include "pkg/apis/dra-health/v1alpha1/api.grpc.pb.h"
+#include "pkg/apis/dra/v1/api.grpc.pb.h"
+#include "pkg/apis/dra/v1beta1/api.grpc.pb.h"
+#include "pkg/apis/pluginregistration/v1/api.grpc.pb.h"
+
+#include "kubeletplugin/dra_service.h"
+#include "kubeletplugin/plugin_server.h"
+
+namespace nvdra::kubeletplugin::internal {
+
+namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
+namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
+namespace healthv1 = ::v1;
+namespace healthv1alpha1 = ::v1alpha1;
+namespace registration = ::pluginregistration;
+
+// "<request>/<subrequest>" -> "<request>": containers reference base requests.
+std::string BaseRequestName(const std::string& request);
+
+// Messages are cut to this length on the wire, as the kubelet expects.
+inline constexpr std::size_t kMaxHealthMessage = 1024;
+
+// --- Registration -------------------------------------------------------------
+
+class RegistrationService final : public registration::Registration::Service {
+ public:
+  RegistrationService(std::string driver_name, std::string endpoint,
+                      std::vector<std::string> supported_versions);
+
+  grpc::Status GetInfo(grpc::ServerContext* context, const registration::InfoRequest* request,
+                       registration::PluginInfo* response) override;
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext* context,
+                                        const registration::RegistrationStatus* request,
+                                        registration::RegistrationStatusResponse* response) override;
+
+  RegistrationState state() const;
+
+ private:
+  const std::string driver_name_;
+  const std::string endpoint_;
+  const std::vector<std::string> supported_versions_;
+
+  mutable std::mutex state_mu_;  // guards state_
+  RegistrationState state_;
+};
+
+// --- DRAPlugin -------------------------------------------------------------------
+// One adapter per version; the messages have the same shape (v1 adds
+// Device.share_id, which DraDriver does not produce yet).
+
+class DraPluginV1Service final : public drav1::DRAPlugin::Service {
+ public:
+  explicit DraPluginV1Service(DraDriver& driver) : driver_(driver) {}
+  grpc::Status NodePrepareResources(grpc::ServerContext* context,
+                                    const drav1::NodePrepareResourcesRequest* request,
+                                    drav1::NodePrepareResourcesResponse* response) override;
+  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
+                                      const drav1::NodeUnprepareResourcesRequest* request,
+                                      drav1::NodeUnprepareResourcesResponse* response) override;
+
+ private:
+  DraDriver& driver_;
+};
+
+class DraPluginV1beta1Service final : public drav1beta1::DRAPlugin::Service {
+ public:
+  explicit DraPluginV1beta1Service(DraDriver& driver) : driver_(driver) {}
+  grpc::Status NodePrepareResources(grpc::ServerContext* context,
+                                    const drav1beta1::NodePrepareResourcesRequest* request,
+                                    drav1beta1::NodePrepareResourcesResponse* response) override;
+  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
+                                      const drav1beta1::NodeUnprepareResourcesRequest* request,
+                                      drav1beta1::NodeUnprepareResourcesResponse* response) override;
+
+ private:
+  DraDriver& driver_;
+};
+
+// --- DRAResourceHealth ------------------------------------------------------------
+
+using HealthReport = std::shared_ptr<const std::vector<DeviceHealth>>;
+
+// One open NodeWatchResources stream, as the hub sees it.
+class HealthSink {
+ public:
+  // Sends `report` (or queues it, replacing an unsent one). Never blocks.
+  virtual void Offer(const HealthReport& report) = 0;
+  // Ends the stream with OK. Never blocks; later Offers are dropped.
+  virtual void Close() = 0;
+
+ protected:
+  ~HealthSink() = default;
+};
+
+// The latest report and the open streams. Thread-safe.
+class HealthHub {
+ public:
+  // Adds a stream; returns the latest report (null if none yet) for it to send.
+  HealthReport Add(std::shared_ptr<HealthSink> sink);
+  void Remove(const HealthSink* sink);
+  // Stores `devices` as the latest report and offers it to every stream.
+  void Publish(std::vector<DeviceHealth> devices);
+  // Ends every open stream (server shutdown or rebind).
+  void CloseAll();
+
+ private:
+  std::mutex mu_;  // guards sinks_, latest_
+  std::vector<std::shared_ptr<HealthSink>> sinks_;
+  HealthReport latest_;
+};
+
+class DraHealthV1Service final : public healthv1::DRAResourceHealth::CallbackService {
+ public:
+  explicit DraHealthV1Service(std::shared_ptr<HealthHub> hub) : hub_(std::move(hub)) {}
+  grpc::ServerWriteReactor<healthv1::NodeWatchResourcesResponse>* NodeWatchResources(
+      grpc::CallbackServerContext* context, const healthv1::NodeWatchResourcesRequest* request) override;
+
+ private:
+  std::shared_ptr<HealthHub> hub_;
+};
+
+class DraHealthV1alpha1Service final : public healthv1alpha1::DRAResourceHealth::CallbackService {
+ public:
+  explicit DraHealthV1alpha1Service(std::shared_ptr<HealthHub> hub) : hub_(std::move(hub)) {}
+  grpc::ServerWriteReactor<healthv1alpha1::NodeWatchResourcesResponse>* NodeWatchResources(
+      grpc::CallbackServerContext* context,
+      const healthv1alpha1::NodeWatchResourcesRequest* request) override;
+
+ private:
+  std::shared_ptr<HealthHub> hub_;
+};
+
+// Conversions, exposed for tests.
+void ToProto(const std::vector<DeviceHealth>& devices, healthv1::NodeWatchResourcesResponse* out);
+void ToProto(const std::vector<DeviceHealth>& devices, healthv1alpha1::NodeWatchResourcesResponse* out);
+
+}  // namespace nvdra::kubeletplugin::internal

@@ -31,8 +31,8 @@ struct ClaimRef {
 // One device prepared for a claim, as the kubelet receives it.
 struct PreparedDevice {
   // Requests of the claim this device serves; empty means all of them.
-  // Subrequest names ("<request>/<sub>") must already be cut to "<request>":
-  // containers reference base requests only.
+  // Subrequest names ("<request>/<sub>") may be given as they are: the gRPC
+  // layer cuts them to "<request>", since containers reference base requests.
   std::vector<std::string> requests;
   std::string pool_name;
   std::string device_name;

@@ -374,10 +374,15 @@ void ResourceSlicePublisher::OnUpsert(const json& object) {
     return;
   }
   const std::string pool = StringAt(object, {"spec", "pool", "name"});
+  const std::string uid = StringAt(object, {"metadata", "uid"});
   {
     std::lock_guard lock(state_mutex_);
-    if (deleted_uids_.contains(StringAt(object, {"metadata", "uid"}))) return;
+    if (deleted_uids_.contains(uid)) return;
     if (!UpsertLocked(object)) return;
+    if (pool == syncing_pool_) {
+      sync_events_.emplace_back(uid, StringAt(object, {"metadata", "resourceVersion"}));
+      return;
+    }
     MarkDirtyLocked(pool);
   }
   LOG_INFO(3, "resource slice changed by someone else", {{"slice", StringAt(object, {"metadata", "name"})},
@@ -395,6 +400,10 @@ void ResourceSlicePublisher::OnDelete(const json& object) {
     auto it = known_.find(name);
     if (it == known_.end() || it->second.uid != uid) return;
     known_.erase(it);
+    if (pool == syncing_pool_) {
+      sync_events_.emplace_back(uid, "");  // never one of own_writes_
+      return;
+    }
     MarkDirtyLocked(pool);
   }
   LOG_INFO(2, "resource slice deleted by someone else", {{"slice", name}, {"pool", pool}});
@@ -404,15 +413,34 @@ void ResourceSlicePublisher::OnDelete(const json& object) {
 void ResourceSlicePublisher::RecordWritten(const json& object) {
   std::lock_guard lock(state_mutex_);
   UpsertLocked(object);
+  own_writes_.insert(StringAt(object, {"metadata", "uid"}) + "/" +
+                     StringAt(object, {"metadata", "resourceVersion"}));
 }
 
-void ResourceSlicePublisher::RecordDeleted(const std::string& name, const std::string& uid) {
+void ResourceSlicePublisher::ExpectDelete(const std::string& uid) {
   std::lock_guard lock(state_mutex_);
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(deleted_uids_, [&](const auto& entry) { return now - entry.second > kDeletedUidTtl; });
+  deleted_uids_[uid] = now;
+}
+
+void ResourceSlicePublisher::FinishDelete(const std::string& name, const std::string& uid, bool deleted) {
+  std::lock_guard lock(state_mutex_);
+  if (!deleted) {
+    deleted_uids_.erase(uid);
+    return;
+  }
   auto it = known_.find(name);
   if (it != known_.end() && it->second.uid == uid) known_.erase(it);
-  deleted_uids_[uid] = now;
+}
+
+bool ResourceSlicePublisher::EndSyncLocked() {
+  bool outside = false;
+  for (const auto& [uid, rv] : sync_events_) outside = outside || !own_writes_.contains(uid + "/" + rv);
+  sync_events_.clear();
+  own_writes_.clear();
+  syncing_pool_.clear();
+  return outside;
 }
 
 void ResourceSlicePublisher::RunWorker(std::stop_token stop) {
@@ -430,11 +458,15 @@ void ResourceSlicePublisher::RunWorker(std::stop_token stop) {
       std::lock_guard lock(state_mutex_);
       auto it = dirty_.find(*pool);
       if (it != dirty_.end()) seen = it->second;
+      syncing_pool_ = *pool;
     }
     bool retry = true;
     common::Status status = SyncPool(*pool, stop, retry);
+    bool outside_change = false;
     {
       std::lock_guard lock(state_mutex_);
+      outside_change = EndSyncLocked();
+      if (outside_change) MarkDirtyLocked(*pool);
       if (status.ok() || !retry) {
         auto it = dirty_.find(*pool);
         if (it != dirty_.end() && it->second == seen) dirty_.erase(it);
@@ -446,6 +478,10 @@ void ResourceSlicePublisher::RunWorker(std::stop_token stop) {
       }
     }
     state_changed_.notify_all();
+    if (outside_change) {
+      LOG_INFO(3, "resource slices changed by someone else during sync", {{"pool", *pool}});
+      queue_.AddAfter(*pool, options_.event_delay);
+    }
     if (status.ok() || !retry) {
       queue_.Forget(*pool);
     } else if (!stop.stop_requested()) {
@@ -482,15 +518,17 @@ common::Status ResourceSlicePublisher::DeleteSlice(const json& slice, std::stop_
   // Only the version this decision was based on.
   options.precondition_uid = uid;
   options.precondition_resource_version = StringAt(slice, {"metadata", "resourceVersion"});
+  ExpectDelete(uid);
   auto deleted = client_.Delete(kResourceSlices, "", name, options, stop);
   if (deleted.ok()) {
     ++deletes_;
     LOG_INFO(2, "resource slice deleted", {{"slice", name}, {"pool", StringAt(slice, {"spec", "pool", "name"})}});
   } else if (!k8s::IsNotFound(deleted.status())) {
+    FinishDelete(name, uid, false);
     if (k8s::IsConflict(deleted.status())) Reread(name, stop);
     return deleted.status().WithContext("delete resource slice " + name);
   }
-  RecordDeleted(name, uid);
+  FinishDelete(name, uid, true);
   return common::OkStatus();
 }
 

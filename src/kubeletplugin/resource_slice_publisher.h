@@ -57,6 +57,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -180,9 +181,16 @@ class ResourceSlicePublisher {
   // After a conflict: GET the slice and record what the server has.
   void Reread(const std::string& name, std::stop_token stop);
 
-  // Record the result of our own write or delete.
+  // Record the result of our own write. The watch may deliver its echo
+  // before the write call returns: see sync_events_.
   void RecordWritten(const nlohmann::json& object);
-  void RecordDeleted(const std::string& name, const std::string& uid);
+  // Before a delete call: its watch event, whenever it comes, is ours.
+  void ExpectDelete(const std::string& uid);
+  // After it: `deleted` false takes the expectation back.
+  void FinishDelete(const std::string& name, const std::string& uid, bool deleted);
+  // Ends the sync of `pool`: true when an event seen meanwhile was not the
+  // echo of one of its writes (someone else changed the pool).
+  bool EndSyncLocked();
   // Stores `object` in known_ unless it is older than what is there; returns
   // whether anything changed.
   bool UpsertLocked(const nlohmann::json& object);
@@ -208,9 +216,17 @@ class ResourceSlicePublisher {
   bool informer_synced_ = false;
   std::map<std::string, Expanded> desired_;
   std::map<std::string, Known> known_;  // by slice name
-  // UIDs of slices this publisher deleted, so their watch events are not
-  // mistaken for someone else's; pruned after a while.
+  // UIDs of slices this publisher deletes or deleted, so their watch events
+  // are not mistaken for someone else's; pruned after a while.
   std::map<std::string, std::chrono::steady_clock::time_point> deleted_uids_;
+  // While the worker syncs a pool, watch events for it are collected here
+  // (uid, resourceVersion) instead of queuing the pool, and checked at the
+  // end against own_writes_ ("uid/resourceVersion" of our writes), so an
+  // echo that overtakes the write's response is not taken for an outside
+  // change, and an outside change is not lost.
+  std::string syncing_pool_;
+  std::vector<std::pair<std::string, std::string>> sync_events_;
+  std::set<std::string> own_writes_;
   std::map<std::string, std::uint64_t> dirty_;    // pool -> times marked; erased once synced
   std::map<std::string, common::Status> errors_;  // pool -> last failed sync
 

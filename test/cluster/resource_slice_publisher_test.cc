@@ -268,6 +268,42 @@ TEST_F(ResourceSlicePublisherTest, ExternallyDeletedSliceIsRecreated) {
   EXPECT_EQ(publisher->stats().updates, 0u);
 }
 
+TEST_F(ResourceSlicePublisherTest, ExternallyModifiedSliceIsRestoredInANewGeneration) {
+  auto publisher = StartPublisher();
+  ASSERT_NE(publisher, nullptr);
+  publisher->Update(OnePool("pool-a", Devices(3)));
+  ASSERT_TRUE(publisher->WaitForSync(kSyncTimeout).ok());
+  auto before = Slices();
+  ASSERT_EQ(before.size(), 1u);
+
+  k8s::WatchOptions watch_options;
+  watch_options.field_selector = "spec.driver=" + Driver();
+  watch_options.resource_version = before[0]["metadata"]["resourceVersion"];
+  auto watch = client_->Watch(kResourceSlices, "", watch_options);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  json tampered = before[0];
+  tampered["spec"]["devices"].erase(1);
+  auto updated = client_->Update(kResourceSlices, "", tampered);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  // Await the publisher's answer: a MODIFIED event after ours.
+  json restored;
+  const auto deadline = std::chrono::steady_clock::now() + kSyncTimeout;
+  while (restored.is_null() && std::chrono::steady_clock::now() < deadline) {
+    auto event = (*watch)->Next();
+    ASSERT_TRUE(event.ok()) << event.status();
+    ASSERT_TRUE(event->has_value()) << "watch ended";
+    if ((*event)->type == k8s::WatchEventType::kModified &&
+        (*event)->object["metadata"]["resourceVersion"] != (*updated)["metadata"]["resourceVersion"]) {
+      restored = (*event)->object;
+    }
+  }
+  ASSERT_FALSE(restored.is_null());
+  ASSERT_TRUE(publisher->WaitForSync(kSyncTimeout).ok());
+  EXPECT_EQ(DeviceNames(restored), (std::vector<std::string>{"gpu-0", "gpu-1", "gpu-2"}));
+  EXPECT_EQ(restored["spec"]["pool"]["generation"], 2);
+  EXPECT_EQ(publisher->stats().updates, 1u);
+}
+
 TEST_F(ResourceSlicePublisherTest, RemovingPoolDeletesItsSlices) {
   auto publisher = StartPublisher();
   ASSERT_NE(publisher, nullptr);

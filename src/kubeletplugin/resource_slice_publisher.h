@@ -23,7 +23,13 @@
 //    "<index, 5+ hex digits>-<driver>-<node>-", as the Go helper does since
 //    1.36: name order follows slice order, and the index is how a stored
 //    slice is matched to a desired one (also after a restart). Slices whose
-//    name carries no valid index are obsolete and deleted.
+//    name carries no valid index (those of 1.35's "<node>-<driver>-" scheme
+//    included) are obsolete and replaced. The server cuts a prefix longer
+//    than 58 characters, which keeps the index.
+//  - Values are compared as given: pass quantities in canonical form
+//    (k8s/quantity.h), or the first write after a restart updates a slice
+//    whose only difference is "1024Mi" against the server's "1Gi". Within
+//    one run, what the server made of a write is remembered and compared.
 //  - Pool generation: all slices of a pool carry the same spec.pool
 //    generation and resourceSliceCount. The generation is the highest stored
 //    one, plus one whenever the pool's content or slice count changes (then

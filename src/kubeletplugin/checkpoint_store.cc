@@ -1,0 +1,152 @@
+#include "kubeletplugin/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/log.h"
+#include "common/unique_fd.h"
+
+namespace nvdra::kubeletplugin {
+namespace {
+
+using common::ErrnoToStatus;
+using common::Status;
+using common::StatusOr;
+using common::UniqueFd;
+
+StatusOr<std::string> ReadWholeFile(const std::filesystem::path& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoToStatus(errno, "open " + path.string());
+  std::string data;
+  char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "read " + path.string());
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  return data;
+}
+
+Status WriteAll(int fd, std::string_view data, const std::filesystem::path& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoToStatus(errno, "write " + path.string());
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return common::OkStatus();
+}
+
+// Removes the temporary file unless the rename committed it.
+class TempFileGuard {
+ public:
+  explicit TempFileGuard(std::filesystem::path path) : path_(std::move(path)) {}
+  ~TempFileGuard() {
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TempFileGuard(const TempFileGuard&) = delete;
+  TempFileGuard& operator=(const TempFileGuard&) = delete;
+  void Commit() { committed_ = true; }
+
+ private:
+  std::filesystem::path path_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::filesystem::path path) : path_(std::move(path)) {}
+
+StatusOr<Checkpoint> CheckpointStore::Load() const {
+  auto data = ReadWholeFile(path_);
+  if (!data.ok()) {
+    if (data.status().code() == common::StatusCode::kNotFound) return Checkpoint{};
+    return data.status();
+  }
+  auto checkpoint = DecodeCheckpoint(*data);
+  if (!checkpoint.ok()) return std::move(checkpoint).status().WithContext(path_.string());
+  return checkpoint;
+}
+
+Status CheckpointStore::Store(const Checkpoint& checkpoint) const {
+  const std::string data = EncodeCheckpoint(checkpoint);
+  const std::filesystem::path dir = path_.has_parent_path() ? path_.parent_path() : ".";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoToStatus(ec.value(), "create directory " + dir.string());
+
+  // A leading dot, as the kubelet's file store names its temporary files, so
+  // listings of checkpoint keys (upstream's ListCheckpoints) skip leftovers.
+  std::string tmp_name = (dir / ("." + path_.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> tmp_buf(tmp_name.begin(), tmp_name.end());
+  tmp_buf.push_back('\0');
+  UniqueFd fd(::mkostemp(tmp_buf.data(), O_CLOEXEC));
+  if (!fd) return ErrnoToStatus(errno, "create temporary file in " + dir.string());
+  const std::filesystem::path tmp_path(tmp_buf.data());
+  TempFileGuard guard(tmp_path);
+
+  RETURN_IF_ERROR(WriteAll(fd.get(), data, tmp_path));
+  // fsync before rename: otherwise a crash can leave the new name pointing at
+  // a file whose data never reached the disk.
+  if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync " + tmp_path.string());
+  if (::close(fd.Release()) != 0) return ErrnoToStatus(errno, "close " + tmp_path.string());
+  if (::rename(tmp_path.c_str(), path_.c_str()) != 0) {
+    return ErrnoToStatus(errno, "rename " + tmp_path.string() + " to " + path_.string());
+  }
+  guard.Commit();
+  // The rename lives in the directory: sync it, or a power loss may bring
+  // back the old file.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return ErrnoToStatus(errno, "open " + dir.string());
+  if (::fsync(dir_fd.get()) != 0) return ErrnoToStatus(errno, "fsync " + dir.string());
+  return common::OkStatus();
+}
+
+StatusOr<Checkpoint> CheckpointStore::LoadForBoot(std::string_view current_boot_id) const {
+  if (current_boot_id.empty()) {
+    return common::InvalidArgumentError("LoadForBoot: empty current boot id");
+  }
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path_, ec);
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, Load());
+  if (existed && checkpoint.node_boot_id == current_boot_id) return checkpoint;
+
+  if (existed && checkpoint.node_boot_id.empty()) {
+    LOG_INFO(2, "checkpoint has no boot id; recording the current one",
+             {{"path", path_}, {"bootID", current_boot_id}, {"claims", checkpoint.claims.size()}});
+    checkpoint.node_boot_id = std::string(current_boot_id);
+  } else {
+    if (existed) {
+      LOG_INFO(0, "node rebooted since the checkpoint was written; discarding its claims",
+               {{"path", path_},
+                {"storedBootID", checkpoint.node_boot_id},
+                {"bootID", current_boot_id},
+                {"claims", checkpoint.claims.size()}});
+    } else {
+      LOG_INFO(2, "no checkpoint; creating an empty one", {{"path", path_}});
+    }
+    checkpoint = Checkpoint{};
+    checkpoint.node_boot_id = std::string(current_boot_id);
+  }
+  RETURN_IF_ERROR(Store(checkpoint));
+  return checkpoint;
+}
+
+StatusOr<Checkpoint> LoadForBoot(const std::filesystem::path& path,
+                                 std::string_view current_boot_id) {
+  return CheckpointStore(path).LoadForBoot(current_boot_id);
+}
+
+}  // namespace nvdra::kubeletplugin

@@ -1,8 +1,9 @@
 // gpu-kubelet-plugin: the per-node DRA plugin for GPUs, MIG devices and VFIO
-// functions (driver gpu.nvidia.com). For now: flags, feature gates, logging
-// and an orderly wait for SIGTERM.
+// functions (driver gpu.nvidia.com): flags, then gpu::GpuKubeletPlugin until
+// SIGTERM or SIGINT.
 
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "gpu/config.h"
+#include "gpu/plugin.h"
 
 int main(int argc, char** argv) {
   using namespace nvdra;
@@ -34,9 +36,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   common::LogStartup(gpu::kBinaryName, app, *gates);
-  LOG_INFO(0, "component not implemented yet; waiting for SIGTERM or SIGINT",
-           {{"node", config.plugin.node_name}});
+  auto plugin = gpu::GpuKubeletPlugin::Start(config, *gates, gpu::PluginEnvironmentFromEnv());
+  if (!plugin.ok()) {
+    LOG_ERROR("gpu-kubelet-plugin cannot start", {{"err", plugin.status()}});
+    common::FlushLogs();
+    return 1;
+  }
+  std::jthread reconciler([&](std::stop_token stop) { (*plugin)->Run(stop); });
   const int signal_number = (*signals)->WaitForShutdown();
+  reconciler.request_stop();
+  reconciler.join();
+  plugin->reset();
   LOG_INFO(0, "shutdown complete", {{"signal", signal_number}});
   common::FlushLogs();
   return 0;

@@ -1,0 +1,53 @@
+#include "gpu/claim_cdi.h"
+
+#include <utility>
+
+namespace nvdra::gpu {
+
+using common::Status;
+using common::StatusOr;
+
+GpuCdi::GpuCdi(GpuCdiOptions options, DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits)
+    : options_(std::move(options)),
+      roots_(std::move(roots)),
+      common_edits_(std::move(common_edits)),
+      writer_(options_.cdi_root) {}
+
+StatusOr<std::unique_ptr<GpuCdi>> GpuCdi::Create(GpuCdiOptions options) {
+  DriverRoots roots;
+  roots.container_driver_root = options.container_driver_root;
+  roots.host_driver_root = options.driver_root;
+  CommonEditsOptions common_options;
+  common_options.roots = roots;
+  common_options.driver_version = options.driver_version;
+  common_options.hook_path = options.hook_path;
+  ASSIGN_OR_RETURN(kubeletplugin::CdiContainerEdits common_edits, BuildCommonEdits(common_options));
+  return std::unique_ptr<GpuCdi>(new GpuCdi(std::move(options), std::move(roots), std::move(common_edits)));
+}
+
+std::string GpuCdi::ClaimDeviceId(const std::string& claim_uid, const std::string& device_name) {
+  return kubeletplugin::ClaimCdiDeviceId(kGpuCdiVendor, claim_uid, device_name);
+}
+
+Status GpuCdi::WriteClaimSpec(const std::string& claim_uid, const std::vector<ClaimDevice>& devices) const {
+  std::vector<ClaimCdiDevice> spec_devices;
+  for (const ClaimDevice& device : devices) {
+    ClaimCdiDevice entry;
+    entry.canonical_name = device.name;
+    if (device.mig == nullptr) {
+      entry.edits = FullGpuEdits(device.gpu->minor, roots_);
+    } else {
+      ASSIGN_OR_RETURN(entry.edits, MigDeviceEdits(device.gpu->minor, device.mig->gi_id, device.mig->ci_id,
+                                                   roots_, options_.proc));
+    }
+    spec_devices.push_back(std::move(entry));
+  }
+  const kubeletplugin::CdiSpec spec = BuildClaimSpec(claim_uid, common_edits_, spec_devices, roots_);
+  return writer_.Write(spec, kubeletplugin::ClaimCdiSpecFileName(kGpuCdiVendor, claim_uid));
+}
+
+Status GpuCdi::RemoveClaimSpec(const std::string& claim_uid) const {
+  return writer_.Remove(kubeletplugin::ClaimCdiSpecFileName(kGpuCdiVendor, claim_uid));
+}
+
+}  // namespace nvdra::gpu

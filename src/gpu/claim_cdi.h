@@ -1,0 +1,65 @@
+#pragma once
+
+// The GPU plugin's per-claim CDI specs on disk: one transient spec per claim,
+// <cdi-root>/k8s.gpu.nvidia.com-claim_<claimUID>.yaml, with the driver's
+// common edits (libraries, binaries, control nodes, hooks; computed once at
+// start-up from the driver root) and each device's nodes. Built from the
+// pure functions of gpu/cdi.h and kubeletplugin/cdi_spec.h.
+//
+// Ownership: owns the writer and the cached common edits.
+// Thread-safety: const methods are thread-safe (each write is an atomic
+// rename of its own file).
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "gpu/cdi.h"
+#include "gpu/discovery.h"
+#include "kubeletplugin/cdi_spec.h"
+
+namespace nvdra::gpu {
+
+struct GpuCdiOptions {
+  std::filesystem::path cdi_root;                // --cdi-root
+  std::filesystem::path driver_root;             // --nvidia-driver-root: the host's view
+  std::filesystem::path container_driver_root;   // --container-driver-root: this process' view
+  std::string driver_version;                    // from NVML, picks the libraries
+  std::string hook_path;                         // nvidia-cdi-hook as the runtime runs it
+  ProcPaths proc = ProcPathsFromEnvironment();   // /proc/devices, MIG capabilities
+};
+
+// A device of a claim: a full GPU (mig == nullptr) or a MIG device.
+struct ClaimDevice {
+  std::string name;
+  const GpuInfo* gpu = nullptr;
+  const MigDeviceInfo* mig = nullptr;
+};
+
+class GpuCdi {
+ public:
+  // Scans the driver root for the common edits; fails when it cannot be read.
+  static common::StatusOr<std::unique_ptr<GpuCdi>> Create(GpuCdiOptions options);
+
+  // "k8s.gpu.nvidia.com/claim=<uid>-<device>".
+  static std::string ClaimDeviceId(const std::string& claim_uid, const std::string& device_name);
+
+  // Writes (or replaces) the claim's spec.
+  common::Status WriteClaimSpec(const std::string& claim_uid, const std::vector<ClaimDevice>& devices) const;
+  // Removes the claim's spec; a missing file is fine.
+  common::Status RemoveClaimSpec(const std::string& claim_uid) const;
+
+  const kubeletplugin::CdiContainerEdits& common_edits() const { return common_edits_; }
+
+ private:
+  GpuCdi(GpuCdiOptions options, DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits);
+
+  const GpuCdiOptions options_;
+  const DriverRoots roots_;
+  const kubeletplugin::CdiContainerEdits common_edits_;
+  const kubeletplugin::CdiSpecWriter writer_;
+};
+
+}  // namespace nvdra::gpu

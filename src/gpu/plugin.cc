@@ -1,0 +1,178 @@
+#include "gpu/plugin.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "gpu/claim_cdi.h"
+#include "gpu/device_state.h"
+#include "gpu/discovery.h"
+#include "gpu/published_devices.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "kubeletplugin/boot_id.h"
+#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_server.h"
+#include "kubeletplugin/resource_slice_publisher.h"
+#include "nvml/library.h"
+
+namespace nvdra::gpu {
+
+using common::Status;
+using common::StatusOr;
+
+// Declared in destruction order's reverse: the server goes first, so no
+// kubelet call reaches a half-destroyed preparer.
+struct GpuKubeletPlugin::Parts {
+  std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<nvml::Library> nvml;
+  std::unique_ptr<GpuCdi> cdi;
+  std::unique_ptr<GpuDeviceState> device_state;
+  std::unique_ptr<kubeletplugin::ResourceSlicePublisher> publisher;
+  std::unique_ptr<kubeletplugin::ClaimPreparer> preparer;
+  std::unique_ptr<kubeletplugin::PluginServer> server;
+  PluginEnvironment environment;
+};
+
+PluginEnvironment PluginEnvironmentFromEnv() {
+  PluginEnvironment environment;
+  if (const char* path = std::getenv("NVDRA_BOOT_ID_FILE"); path != nullptr && *path != '\0') {
+    environment.boot_id_file = path;
+  }
+  return environment;
+}
+
+namespace {
+
+kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const PublishedResources& published) {
+  kubeletplugin::DesiredSlice slice;
+  for (const PublishedDevice& device : published.devices) slice.devices.push_back(DeviceToJson(device));
+  for (const CounterSet& set : published.counter_sets) slice.shared_counters.push_back(CounterSetToJson(set));
+  kubeletplugin::DriverResources resources;
+  resources.pools[node_name].slices.push_back(std::move(slice));
+  return resources;
+}
+
+// Upstream's layout: without --nvidia-cdi-hook-path, the hook binary is copied
+// into the plugin's folder, a host path the container runtime can run. Ours
+// ships next to the plugin binary (or in /usr/bin, as in upstream's image).
+std::string InstallCdiHook(const std::filesystem::path& plugin_dir) {
+  const std::filesystem::path target = plugin_dir / "nvidia-cdi-hook";
+  std::error_code ec;
+  std::vector<std::filesystem::path> candidates;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(self.parent_path() / "nvidia-cdi-hook");
+  candidates.emplace_back("/usr/bin/nvidia-cdi-hook");
+  for (const auto& source : candidates) {
+    if (!std::filesystem::is_regular_file(source, ec)) continue;
+    std::filesystem::create_directories(plugin_dir, ec);
+    const std::filesystem::path temp = plugin_dir / ".nvidia-cdi-hook.tmp";
+    std::filesystem::copy_file(source, temp, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::rename(temp, target, ec);
+    if (ec) {
+      LOG_ERROR("cannot install nvidia-cdi-hook", {{"from", source.string()}, {"err", ec.message()}});
+    } else {
+      LOG_INFO(2, "installed nvidia-cdi-hook", {{"from", source.string()}, {"to", target.string()}});
+    }
+    return target.string();
+  }
+  LOG_INFO(0, "no nvidia-cdi-hook binary found next to the plugin or in /usr/bin; CDI hooks will name a missing file",
+           {{"path", target.string()}});
+  return target.string();
+}
+
+}  // namespace
+
+GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+GpuKubeletPlugin::~GpuKubeletPlugin() {
+  if (!parts_) return;
+  parts_->server.reset();
+  parts_->preparer.reset();
+  parts_->publisher.reset();
+}
+
+StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const PluginConfig& config,
+                                                                   const common::FeatureGates& gates,
+                                                                   const PluginEnvironment& environment) {
+  auto parts = std::make_unique<Parts>();
+  parts->environment = environment;
+  const std::string driver(kDriverName);
+
+  k8s::ConfigSources sources = k8s::ConfigSourcesFromEnvironment(config.kube_client);
+  ASSIGN_OR_RETURN(k8s::RestConfig rest, k8s::LoadConfig(sources));
+  rest.user_agent = "gpu-kubelet-plugin";
+  ASSIGN_OR_RETURN(parts->client, k8s::Client::New(rest));
+
+  // NVML is loaded from the driver root as this container sees it.
+  ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root, .library_path = std::nullopt}));
+  DiscoveryOptions discovery;
+  discovery.sysfs_root = environment.sysfs_root;
+  ASSIGN_OR_RETURN(NodeInventory inventory, DiscoverDevices(*parts->nvml, discovery));
+  PublishOptions publish;
+  publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
+  ASSIGN_OR_RETURN(PublishedResources published, BuildPublishedResources(inventory, publish));
+  LOG_INFO(0, "discovered devices",
+           {{"gpus", inventory.gpus.size()}, {"devices", published.devices.size()},
+            {"driverVersion", inventory.driver_version}});
+
+  const std::filesystem::path plugin_dir =
+      std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
+  GpuCdiOptions cdi_options;
+  cdi_options.cdi_root = config.plugin.cdi_root;
+  cdi_options.driver_root = config.plugin.nvidia_driver_root;
+  cdi_options.container_driver_root = config.plugin.container_driver_root;
+  cdi_options.driver_version = inventory.driver_version;
+  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? InstallCdiHook(plugin_dir)
+                                                                     : config.plugin.nvidia_cdi_hook_path;
+  ASSIGN_OR_RETURN(parts->cdi, GpuCdi::Create(cdi_options));
+  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi);
+
+  ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
+  ASSIGN_OR_RETURN(parts->preparer,
+                   kubeletplugin::ClaimPreparer::Create(
+                       {.driver_name = driver, .plugin_dir = plugin_dir, .boot_id = boot_id},
+                       *parts->client, *parts->device_state));
+
+  kubeletplugin::PublisherOptions publisher_options;
+  publisher_options.driver_name = driver;
+  publisher_options.node_name = config.plugin.node_name;
+  ASSIGN_OR_RETURN(parts->publisher,
+                   kubeletplugin::ResourceSlicePublisher::Start(*parts->client, publisher_options));
+  parts->publisher->Update(SlicesFor(config.plugin.node_name, published));
+
+  // Claims deleted while the plugin was down are unprepared before the
+  // kubelet can ask for anything new.
+  if (StatusOr<int> cleaned = parts->preparer->Reconcile(); !cleaned.ok()) {
+    LOG_ERROR("start-up reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
+  }
+
+  kubeletplugin::PluginServerOptions server_options;
+  server_options.driver_name = driver;
+  server_options.registrar_dir = config.plugin.kubelet_registrar_directory_path;
+  server_options.plugin_dir = plugin_dir;
+  server_options.healthcheck_port = config.plugin.healthcheck_port;
+  ASSIGN_OR_RETURN(parts->server, kubeletplugin::PluginServer::Start(server_options, *parts->preparer));
+  LOG_INFO(0, "plugin serving", {{"driver", driver}, {"socket", parts->server->dra_socket().string()}});
+  return std::unique_ptr<GpuKubeletPlugin>(new GpuKubeletPlugin(std::move(parts)));
+}
+
+void GpuKubeletPlugin::Run(std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any wake;
+  std::unique_lock<std::mutex> lock(mu);
+  while (!stop.stop_requested()) {
+    if (wake.wait_for(lock, stop, parts_->environment.reconcile_interval, [] { return false; })) break;
+    if (stop.stop_requested()) break;
+    if (StatusOr<int> cleaned = parts_->preparer->Reconcile(); !cleaned.ok()) {
+      LOG_ERROR("reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
+    }
+  }
+}
+
+}  // namespace nvdra::gpu

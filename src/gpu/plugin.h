@@ -1,0 +1,54 @@
+#pragma once
+
+// gpu-kubelet-plugin assembled: NVML discovery, the ResourceSlice publisher,
+// the claim preparation engine with the GPU device state, the kubelet gRPC
+// server, and the stale-claim reconciliation loop. main() parses flags and
+// calls Start, then Run until a shutdown signal.
+//
+// Ownership: GpuKubeletPlugin owns every part; destruction stops the gRPC
+// server first (no new calls), then the publisher (slices stay published:
+// a restarting plugin adopts them).
+// Thread-safety: Start and the destructor from one thread; Run blocks.
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <stop_token>
+
+#include "common/feature_gates.h"
+#include "common/status.h"
+#include "gpu/config.h"
+
+namespace nvdra::gpu {
+
+// What differs between a real node and a test: where the boot id is read.
+struct PluginEnvironment {
+  // NVDRA_BOOT_ID_FILE overrides it (simulated nodes "reboot" by changing it).
+  std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
+  std::filesystem::path sysfs_root = "/sys";
+  std::chrono::minutes reconcile_interval{10};
+};
+
+// Reads the environment variables that tests use (NVDRA_BOOT_ID_FILE).
+PluginEnvironment PluginEnvironmentFromEnv();
+
+class GpuKubeletPlugin {
+ public:
+  static common::StatusOr<std::unique_ptr<GpuKubeletPlugin>> Start(const PluginConfig& config,
+                                                                   const common::FeatureGates& gates,
+                                                                   const PluginEnvironment& environment);
+  ~GpuKubeletPlugin();
+  GpuKubeletPlugin(const GpuKubeletPlugin&) = delete;
+  GpuKubeletPlugin& operator=(const GpuKubeletPlugin&) = delete;
+
+  // Reconciles checkpointed claims with the API server every
+  // reconcile_interval until `stop`.
+  void Run(std::stop_token stop);
+
+ private:
+  struct Parts;
+  explicit GpuKubeletPlugin(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace nvdra::gpu

@@ -396,7 +396,9 @@ func (e *gpuEnvironment) waitForPluginPods(ctx context.Context, t *testing.T) ma
 // the placeholder that only waits for SIGTERM: that binary never publishes.
 func (e *gpuEnvironment) waitForGPUSlices(ctx context.Context, t *testing.T, pods map[string]string) {
 	t.Helper()
-	waitCtx, cancel := context.WithCancel(ctx)
+	// Bounded on its own: a plugin that never publishes should not use up
+	// the test's whole time.
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	placeholder := make(chan string, 1)
 	for node, pod := range pods {

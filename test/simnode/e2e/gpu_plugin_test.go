@@ -1,11 +1,12 @@
 package e2e
 
 // The end-to-end scenarios for our gpu-kubelet-plugin, modelled on
-// upstream's demo/specs/quickstart/v1/gpu-test{1,2,3,4}.yaml: one node with
-// 8 x H100 (profile h100-sxm) and one with 8 x A100 in static MIG mode
-// (a100-mig: GPU 0 holds 3g.20gb, 2g.10gb and two 1g.5gb devices, GPU 1 one
-// 7g.40gb; GPUs 2-7 are whole). Each scenario has its own namespace and
-// deletes its pods, checking that the plugin removed the claims' CDI specs.
+// upstream's demo/specs/quickstart/v1/gpu-test{1,2,3,4}.yaml: a node with
+// 8 x H100 80GB (profile h100-sxm), one with 8 x A100 in MIG mode (a100-mig:
+// GPU 0 holds 3g.20gb, 2g.10gb and two 1g.5gb devices, GPU 1 one 7g.40gb; the
+// profile's default MIG mode is on, so no A100 is offered whole) and one with
+// 4 x L40S 48GB (l40s). Each scenario has its own namespace and deletes its
+// pods, checking that the plugin removed the claims' CDI specs.
 
 import (
 	"context"
@@ -33,14 +34,15 @@ const (
 	h100Profile = "h100-sxm"
 	a100Profile = "a100-mig"
 	h100Product = "NVIDIA H100 80GB HBM3"
-	a100Product = "NVIDIA A100-SXM4-40GB"
+	l40sProfile = "l40s"
+	l40sProduct = "NVIDIA L40S"
 	workImage   = "simnode.test/shell:v1"
 )
 
 func TestGPUPluginScenarios(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env := startGPUEnvironment(ctx, t, h100Profile, a100Profile)
+	env := startGPUEnvironment(ctx, t, h100Profile, a100Profile, l40sProfile)
 
 	// (a) gpu-test1 with one pod: one claim from a template, one GPU.
 	t.Run("OnePodOneGPU", func(t *testing.T) {
@@ -80,20 +82,20 @@ func TestGPUPluginScenarios(t *testing.T) {
 		s := env.scenario(ctx, t, "gpu-test-d")
 		s.claimTemplate("h100-by-name", deviceRequest("gpu", gpuClass,
 			fmt.Sprintf("device.attributes['%s'].productName == '%s'", gpuDriverName, h100Product)))
-		s.claimTemplate("a100-by-name", deviceRequest("gpu", gpuClass,
-			fmt.Sprintf("device.attributes['%s'].productName == '%s'", gpuDriverName, a100Product)))
+		s.claimTemplate("l40s-by-name", deviceRequest("gpu", gpuClass,
+			fmt.Sprintf("device.attributes['%s'].productName == '%s'", gpuDriverName, l40sProduct)))
 		s.claimTemplate("over-60gi", deviceRequest("gpu", gpuClass,
 			fmt.Sprintf("device.capacity['%s'].memory.compareTo(quantity('60Gi')) > 0", gpuDriverName)))
 		h100 := s.runPod("h100", []string{"ctr"}, templateClaim("gpu", "h100-by-name"))
-		a100 := s.runPod("a100", []string{"ctr"}, templateClaim("gpu", "a100-by-name"))
+		l40s := s.runPod("l40s", []string{"ctr"}, templateClaim("gpu", "l40s-by-name"))
 		big := s.runPod("big", []string{"ctr"}, templateClaim("gpu", "over-60gi"))
-		for pod, want := range map[*corev1.Pod]string{h100: h100Profile, a100: a100Profile, big: h100Profile} {
+		for pod, want := range map[*corev1.Pod]string{h100: h100Profile, l40s: l40sProfile, big: h100Profile} {
 			if got := env.nodeProfile(t, pod.Spec.NodeName); got != want {
 				t.Errorf("pod %s ran on %s (%s), want a %s node", pod.Name, pod.Spec.NodeName, got, want)
 			}
 			s.checkContainers(pod, 1, 0, "ctr")
 		}
-		s.deletePods(h100, a100, big)
+		s.deletePods(h100, l40s, big)
 	})
 
 	// (e) gpu-test4's shape: a static MIG device through mig.nvidia.com.
@@ -209,7 +211,11 @@ func (s *scenario) createPod(name string, containers []string, claims ...corev1.
 func (s *scenario) runPod(name string, containers []string, claims ...corev1.PodResourceClaim) *corev1.Pod {
 	s.t.Helper()
 	s.createPod(name, containers, claims...)
-	return waitForPodIn(s.ctx, s.t, s.client, s.ns, name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	// Bounded per pod, so that one pod that never runs leaves time for the
+	// other scenarios.
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	defer cancel()
+	return waitForPodIn(ctx, s.t, s.client, s.ns, name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 }
 
 // allocation is one allocated device of a running pod.

@@ -122,6 +122,49 @@ Status Validate(const PluginServerOptions& o, const fs::path& dra_socket, const 
 
 }  // namespace
 
+// Counts the driver calls in flight, so that shutdown waits for them alone.
+// gRPC's Shutdown(deadline) also waits, up to the deadline, for idle
+// connections to go away after its GOAWAY; the kubelet keeps its connection
+// open, so every plugin stop would take the whole grace period.
+class InFlightDriver final : public DraDriver {
+ public:
+  explicit InFlightDriver(DraDriver& driver) : driver_(driver) {}
+
+  std::map<std::string, PrepareResult> PrepareResourceClaims(const std::vector<ClaimRef>& claims) override {
+    Guard guard(*this);
+    return driver_.PrepareResourceClaims(claims);
+  }
+  std::map<std::string, std::string> UnprepareResourceClaims(const std::vector<ClaimRef>& claims) override {
+    Guard guard(*this);
+    return driver_.UnprepareResourceClaims(claims);
+  }
+
+  // True when no call is in flight before `deadline`.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mu_);
+    return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+  }
+
+ private:
+  struct Guard {
+    explicit Guard(InFlightDriver& d) : d_(d) {
+      std::lock_guard lock(d_.mu_);
+      ++d_.in_flight_;
+    }
+    ~Guard() {
+      std::lock_guard lock(d_.mu_);
+      if (--d_.in_flight_ == 0) d_.idle_.notify_all();
+    }
+    Guard(const Guard&) = delete;
+    Guard& operator=(const Guard&) = delete;
+    InFlightDriver& d_;
+  };
+  DraDriver& driver_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  int in_flight_ = 0;
+};
+
 // The state behind PluginServer. Members are grouped by who protects them.
 class PluginServer::Impl {
  public:
@@ -262,7 +305,14 @@ class PluginServer::Impl {
   // in-flight calls get the grace period, then are cancelled.
   void StopDra() {
     hub_->CloseAll();
-    if (dra_.server) dra_.server->Shutdown(DeadlineAfter(options_.shutdown_grace));
+    if (dra_.server) {
+      // Calls in flight get the grace period; then nothing is left to wait for.
+      if (!driver_.WaitIdle(std::chrono::steady_clock::now() + options_.shutdown_grace)) {
+        LOG_WARNING("driver calls still running after the shutdown grace period; cancelling them",
+                    {{"graceMs", options_.shutdown_grace.count()}});
+      }
+      dra_.server->Shutdown(DeadlineAfter(std::chrono::milliseconds(0)));
+    }
     dra_ = DraServer{};
     RemoveStale(dra_socket_).IgnoreError();  // gone already, or nothing to do about it
   }
@@ -434,7 +484,7 @@ class PluginServer::Impl {
 
   // Constant after construction.
   const PluginServerOptions options_;
-  DraDriver& driver_;
+  InFlightDriver driver_;
   const fs::path dra_socket_;
   const fs::path reg_socket_;
   const std::string endpoint_;

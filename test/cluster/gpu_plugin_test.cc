@@ -178,9 +178,15 @@ class GpuPluginTest : public ::testing::Test {
 
   // Starts the plugin and connects to its DRA socket.
   void StartPlugin(const std::string& crash_at = "") {
+    stub_.reset();
+    channel_.reset();
     ASSERT_TRUE(plugin_->Start(crash_at));
-    channel_ = grpc::CreateChannel("unix://" + (PluginDir() / "dra.sock").string(),
-                                   grpc::InsecureChannelCredentials());
+    // A channel of its own: with gRPC's global subchannel pool a new channel
+    // could reuse the previous process' connection and seem ready at once.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channel_ = grpc::CreateCustomChannel("unix://" + (PluginDir() / "dra.sock").string(),
+                                         grpc::InsecureChannelCredentials(), args);
     // The socket appears once start-up (discovery, slices, reconciliation)
     // is done; gRPC keeps retrying the connection until the deadline.
     ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(60)))

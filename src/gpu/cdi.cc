@@ -434,6 +434,12 @@ ProcPaths ProcPathsFromEnvironment() {
   ProcPaths paths;
   if (const char* alt = std::getenv("ALT_PROC_DEVICES_PATH"); alt != nullptr && *alt != '\0') {
     paths.proc_devices = alt;
+    // Mock mode (upstream's variable): a fake proc tree that also holds the
+    // MIG capability files is used for those too, so simulated nodes resolve
+    // MIG devices without this machine's /proc/driver/nvidia.
+    const fs::path fake_proc = fs::path(alt).parent_path();
+    std::error_code ec;
+    if (fs::is_directory(fake_proc / "driver" / "nvidia" / "capabilities", ec)) paths.proc_root = fake_proc;
   }
   return paths;
 }

@@ -87,7 +87,9 @@ struct ProcPaths {
 };
 
 // ProcPaths with proc_devices from ALT_PROC_DEVICES_PATH when set (upstream's
-// mock-NVML switch). For main(); code below main receives ProcPaths.
+// mock-NVML switch); when that file's folder also has
+// driver/nvidia/capabilities, the folder is the proc root for the MIG
+// capability files too. For main(); code below main receives ProcPaths.
 ProcPaths ProcPathsFromEnvironment();
 
 // The major of character device `name` in a /proc/devices file: the

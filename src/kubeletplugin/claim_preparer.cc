@@ -99,10 +99,15 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOpti
         fmt::format("create plugin directory {}: {}", options.plugin_dir.string(), ec.message()));
   }
   std::unique_ptr<ClaimPreparer> preparer(new ClaimPreparer(std::move(options), client, backend));
-  ASSIGN_OR_RETURN(FileLock lock,
-                   FileLock::Acquire(preparer->LockPath(), preparer->options_.lock_timeout));
+  ASSIGN_OR_RETURN(NodeLocks locks, preparer->LockNode());
   RETURN_IF_ERROR(LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id).status());
   return preparer;
+}
+
+StatusOr<ClaimPreparer::NodeLocks> ClaimPreparer::LockNode() const {
+  ASSIGN_OR_RETURN(FileLock prepare, FileLock::Acquire(LockPath(), options_.lock_timeout));
+  ASSIGN_OR_RETURN(FileLock checkpoint, FileLock::Acquire(CheckpointLockPath(), options_.lock_timeout));
+  return NodeLocks{std::move(prepare), std::move(checkpoint)};
 }
 
 StatusOr<Checkpoint> ClaimPreparer::ReadCheckpoint() const {
@@ -166,8 +171,8 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
   }
 
   std::lock_guard<std::mutex> guard(mu_);
-  StatusOr<FileLock> lock = FileLock::Acquire(LockPath(), options_.lock_timeout);
-  if (!lock.ok()) return fail(lock.status());
+  StatusOr<NodeLocks> locks = LockNode();
+  if (!locks.ok()) return fail(locks.status());
   CheckpointStore store(CheckpointPath());
   StatusOr<Checkpoint> checkpoint = store.Load();
   if (!checkpoint.ok()) return fail(checkpoint.status());
@@ -224,7 +229,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
 
 Status ClaimPreparer::UnprepareOne(const std::string& uid) {
   std::lock_guard<std::mutex> guard(mu_);
-  ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(LockPath(), options_.lock_timeout));
+  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
   CheckpointStore store(CheckpointPath());
   ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
   auto it = checkpoint.claims.find(uid);

@@ -39,6 +39,7 @@
 #include "common/status.h"
 #include "kubeletplugin/checkpoint.h"
 #include "kubeletplugin/dra_service.h"
+#include "kubeletplugin/node_lock.h"
 
 namespace nvdra::k8s {
 class Client;
@@ -102,6 +103,16 @@ class ClaimPreparer final : public DraDriver {
 
   std::filesystem::path CheckpointPath() const { return options_.plugin_dir / "checkpoint.json"; }
   std::filesystem::path LockPath() const { return options_.plugin_dir / "pu.lock"; }
+  std::filesystem::path CheckpointLockPath() const { return options_.plugin_dir / "cp.lock"; }
+
+  // pu.lock, then cp.lock: the Go driver takes cp.lock around each checkpoint
+  // read-modify-write, and during a rolling switch between the two drivers
+  // both may run on a node at once.
+  struct NodeLocks {
+    FileLock prepare;
+    FileLock checkpoint;
+  };
+  common::StatusOr<NodeLocks> LockNode() const;
 
   const ClaimPreparerOptions options_;
   k8s::Client& client_;

@@ -218,12 +218,15 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
                             ? allocation_devices["config"]
                             : empty;
   for (const char* wanted_source : {"FromClass", "FromClaim"}) {
+    // Numbered within their source: for claim configs that is the index in
+    // the claim's spec.devices.config, which the user wrote.
+    std::size_t index_in_source = 0;
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const json& entry = configs[i];
       if (StringField(entry, "source") != wanted_source) continue;
       const std::string where = fmt::format(
           "{} config[{}].opaque.parameters",
-          std::string_view(wanted_source) == "FromClass" ? "device class" : "claim", i);
+          std::string_view(wanted_source) == "FromClass" ? "device class" : "claim", index_in_source++);
       auto opaque = entry.find("opaque");
       if (opaque == entry.end() || !opaque->is_object()) {
         return common::InvalidArgumentError(

@@ -1,0 +1,161 @@
+#include "api/opaque_config.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace nvdra::api {
+namespace {
+
+using nlohmann::json;
+
+json Gpu(json extra = json::object()) {
+  json config = {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}};
+  config.update(extra);
+  return config;
+}
+
+TEST(DecodeOpaqueConfig, AcceptsKnownKindsAndFields) {
+  auto config = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "MPS"}, {"mpsConfig", {{"multiUser", true}}}}}}),
+                                   "where");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->kind, ConfigKind::kGpuConfig);
+  EXPECT_TRUE(DecodeOpaqueConfig(json{{"apiVersion", "resource.nvidia.com/v1beta1"},
+                                      {"kind", "ComputeDomainChannelConfig"},
+                                      {"domainID", "u"},
+                                      {"allocationMode", "All"}},
+                                 "where")
+                  .ok());
+  // null means unset, as for Go's decoder.
+  EXPECT_TRUE(DecodeOpaqueConfig(Gpu({{"sharing", nullptr}}), "where").ok());
+}
+
+TEST(DecodeOpaqueConfig, RejectsUnknownFieldsWithTheirPath) {
+  auto config = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "MPS"}, {"mpsConfig", {{"multiuser", true}}}}}}),
+                                   "claim config[2].opaque.parameters");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("claim config[2].opaque.parameters.sharing.mpsConfig.multiuser: unknown "
+                                           "field"),
+            std::string::npos)
+      << config.status().message();
+  // MigDeviceConfig has no timeSlicingConfig.
+  auto mig = DecodeOpaqueConfig(json{{"apiVersion", "resource.nvidia.com/v1beta1"},
+                                     {"kind", "MigDeviceConfig"},
+                                     {"sharing", {{"timeSlicingConfig", json::object()}}}},
+                                "p");
+  ASSERT_FALSE(mig.ok());
+  EXPECT_NE(mig.status().message().find("p.sharing.timeSlicingConfig: unknown field"), std::string::npos);
+}
+
+TEST(DecodeOpaqueConfig, RejectsWrongTypesKindsAndVersions) {
+  auto wrong_type = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", 3}}}}), "p");
+  ASSERT_FALSE(wrong_type.ok());
+  EXPECT_NE(wrong_type.status().message().find("p.sharing.strategy: must be a string, not number"),
+            std::string::npos)
+      << wrong_type.status().message();
+  auto kind = DecodeOpaqueConfig(json{{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "TpuConfig"}}, "p");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("p.kind: unknown kind \"TpuConfig\""), std::string::npos);
+  auto version = DecodeOpaqueConfig(json{{"apiVersion", "resource.nvidia.com/v1"}, {"kind", "GpuConfig"}}, "p");
+  ASSERT_FALSE(version.ok());
+  EXPECT_NE(version.status().message().find("use \"resource.nvidia.com/v1beta1\""), std::string::npos);
+  EXPECT_FALSE(DecodeOpaqueConfig(json::array(), "p").ok());
+}
+
+TEST(ValidateConfig, SharingIsRefusedAsNotSupportedYet) {
+  auto exclusive = DecodeOpaqueConfig(Gpu(), "p");
+  ASSERT_TRUE(exclusive.ok());
+  EXPECT_TRUE(ValidateConfig(*exclusive, "p").ok());
+  auto mps = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "MPS"}}}}), "p");
+  ASSERT_TRUE(mps.ok());
+  common::Status status = ValidateConfig(*mps, "p");
+  EXPECT_EQ(status.code(), common::StatusCode::kUnimplemented);
+  EXPECT_NE(status.message().find("not supported by this driver version yet"), std::string::npos);
+  auto unknown = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "Sometimes"}}}}), "p");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_EQ(ValidateConfig(*unknown, "p").code(), common::StatusCode::kInvalidArgument);
+}
+
+// A claim allocation with results for gpu-0 (request "a") and a MIG device
+// (request "b"), and the configs given.
+json Allocation(json configs) {
+  return json{{"results",
+               json::array({{{"request", "a"}, {"driver", "gpu.nvidia.com"}, {"pool", "n"}, {"device", "gpu-0"}},
+                            {{"request", "b"}, {"driver", "gpu.nvidia.com"}, {"pool", "n"}, {"device", "mig-0"}},
+                            {{"request", "c"}, {"driver", "other.example.com"}, {"pool", "n"}, {"device", "x"}}})},
+              {"config", std::move(configs)}};
+}
+
+json Config(const char* source, json requests, json parameters, const char* driver = "gpu.nvidia.com") {
+  return json{{"source", source},
+              {"requests", std::move(requests)},
+              {"opaque", {{"driver", driver}, {"parameters", std::move(parameters)}}}};
+}
+
+common::StatusOr<ConfigKind> KindOf(const std::string& device) {
+  if (device == "gpu-0") return ConfigKind::kGpuConfig;
+  if (device == "mig-0") return ConfigKind::kMigDeviceConfig;
+  return common::NotFoundError("no device " + device);
+}
+
+TEST(ResolveDeviceConfigs, DefaultsApplyByDeviceKind) {
+  auto groups = ResolveDeviceConfigs(Allocation(json::array()), "gpu.nvidia.com",
+                                     {ConfigKind::kGpuConfig, ConfigKind::kMigDeviceConfig}, KindOf);
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  ASSERT_EQ(groups->size(), 2u);
+  EXPECT_EQ((*groups)[0].config.kind, ConfigKind::kGpuConfig);
+  EXPECT_EQ((*groups)[0].source, "default");
+  EXPECT_EQ((*groups)[0].results.size(), 1u);
+  EXPECT_EQ((*groups)[1].config.kind, ConfigKind::kMigDeviceConfig);
+}
+
+TEST(ResolveDeviceConfigs, ClaimBeatsClassAndTheLastEntryWins) {
+  json configs = json::array({
+      // Listed first but from the claim: still after every class config.
+      Config("FromClaim", json::array(), Gpu({{"sharing", {{"strategy", "TimeSlicing"}}}})),
+      Config("FromClass", json::array({"a"}), Gpu({{"sharing", {{"strategy", "MPS"}}}})),
+      Config("FromClaim", json::array(), Gpu()),
+      Config("FromClaim", json::array({"a"}), Gpu({{"sharing", nullptr}}), "other.example.com"),
+  });
+  auto groups = ResolveDeviceConfigs(Allocation(configs), "gpu.nvidia.com",
+                                     {ConfigKind::kGpuConfig, ConfigKind::kMigDeviceConfig}, KindOf);
+  ASSERT_TRUE(groups.ok()) << groups.status().ToString();
+  // gpu-0: the last claim config without requests (the plain Gpu()), not the
+  // class one naming request "a": a request-specific entry has no priority.
+  const ConfiguredResults* gpu = nullptr;
+  for (const auto& g : *groups) {
+    if (g.config.kind == ConfigKind::kGpuConfig) gpu = &g;
+  }
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->source, "claim config[1].opaque.parameters");  // numbered among claim configs
+  EXPECT_FALSE(gpu->config.object.contains("sharing"));
+}
+
+TEST(ResolveDeviceConfigs, AConfigOfTheWrongKindForARequestFails) {
+  json configs = json::array({Config("FromClaim", json::array({"b"}), Gpu())});
+  auto groups = ResolveDeviceConfigs(Allocation(configs), "gpu.nvidia.com",
+                                     {ConfigKind::kGpuConfig, ConfigKind::kMigDeviceConfig}, KindOf);
+  ASSERT_FALSE(groups.ok());
+  EXPECT_NE(groups.status().message().find("cannot apply GpuConfig to device mig-0 of request b"),
+            std::string::npos)
+      << groups.status().message();
+}
+
+TEST(ResolveDeviceConfigs, BadConfigsAndUnknownDevicesFail) {
+  json bad = json::array({Config("FromClass", json::array(), json{{"kind", "GpuConfig"}})});
+  auto groups = ResolveDeviceConfigs(Allocation(bad), "gpu.nvidia.com", {ConfigKind::kGpuConfig}, KindOf);
+  ASSERT_FALSE(groups.ok());
+  EXPECT_NE(groups.status().message().find("device class config[0].opaque.parameters.apiVersion"),
+            std::string::npos)
+      << groups.status().message();
+
+  json not_opaque = json::array({{{"source", "FromClaim"}, {"requests", json::array()}}});
+  EXPECT_FALSE(ResolveDeviceConfigs(Allocation(not_opaque), "gpu.nvidia.com", {ConfigKind::kGpuConfig}, KindOf).ok());
+
+  json results = {{"results", json::array({{{"request", "a"}, {"driver", "gpu.nvidia.com"}, {"device", "gone"}}})}};
+  auto unknown = ResolveDeviceConfigs(results, "gpu.nvidia.com", {ConfigKind::kGpuConfig}, KindOf);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().code(), common::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace nvdra::api

@@ -1,0 +1,122 @@
+#include "common/metrics_server.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+namespace nvdra::common {
+namespace {
+
+class MetricsServerTest : public ::testing::Test {
+ protected:
+  MetricsServerTest() {
+    registry_.AddCounter("nvidia_dra_requests_total", "Total.", {"driver", "operation"})
+        .WithLabels({"gpu.nvidia.com", "prepare"})
+        .Inc();
+  }
+  MetricsRegistry registry_;
+};
+
+TEST_F(MetricsServerTest, ServesRegistryOnPathOverARealSocket) {
+  auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  EXPECT_EQ((*server)->address(), "127.0.0.1:" + std::to_string((*server)->port()));
+  EXPECT_EQ((*server)->path(), "/metrics");
+
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->get_header_value("Content-Type"), std::string(kMetricsContentType));
+  EXPECT_EQ(response->body, registry_.Render());
+  EXPECT_NE(response->body.find("nvidia_dra_requests_total{driver=\"gpu.nvidia.com\",operation=\"prepare\"} 1\n"),
+            std::string::npos);
+
+  // A query string does not change the path.
+  auto with_query = client.Get("/metrics?x=1");
+  ASSERT_TRUE(with_query);
+  EXPECT_EQ(with_query->status, 200);
+}
+
+TEST_F(MetricsServerTest, ScrapeSeesUpdatesMadeAfterStart) {
+  auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
+  ASSERT_TRUE(server.ok()) << server.status();
+  registry_.AddGauge("late_gauge", "Late.", {}).WithLabels({}).Set(7);
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response);
+  EXPECT_NE(response->body.find("late_gauge 7\n"), std::string::npos) << response->body;
+}
+
+TEST_F(MetricsServerTest, OtherPathsAre404) {
+  auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/custom.path");
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  for (const char* path : {"/", "/metrics", "/custom.path/", "/customXpath", "/custom.path/x"}) {
+    auto response = client.Get(path);
+    ASSERT_TRUE(response) << path;
+    EXPECT_EQ(response->status, 404) << path;
+  }
+  auto ok = client.Get("/custom.path");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(MetricsServerTest, EmptyHostListensOnEveryInterface) {
+  auto server = MetricsServer::Start(registry_, ":0", "/metrics");
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  EXPECT_EQ(response->status, 200);
+}
+
+TEST_F(MetricsServerTest, PortInUseIsUnavailable) {
+  auto first = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = MetricsServer::Start(registry_, "127.0.0.1:" + std::to_string((*first)->port()), "/metrics");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status();
+}
+
+TEST_F(MetricsServerTest, MalformedEndpointOrPathIsInvalidArgument) {
+  for (const char* endpoint : {"8080", "::1:8080", "[::1:8080", "127.0.0.1:http", "127.0.0.1:70000"}) {
+    auto server = MetricsServer::Start(registry_, endpoint, "/metrics");
+    ASSERT_FALSE(server.ok()) << endpoint;
+    EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument) << endpoint << ": " << server.status();
+  }
+  auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "metrics");
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(MetricsServerTest, DestructionStopsServing) {
+  int port = 0;
+  {
+    auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
+    ASSERT_TRUE(server.ok()) << server.status();
+    port = (*server)->port();
+    httplib::Client client("127.0.0.1", port);
+    ASSERT_TRUE(client.Get("/metrics"));
+  }
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(1);
+  EXPECT_FALSE(client.Get("/metrics"));
+  // The port is free again.
+  auto again = MetricsServer::Start(registry_, "127.0.0.1:" + std::to_string(port), "/metrics");
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST_F(MetricsServerTest, DestroyRightAfterStartDoesNotHang) {
+  // Races the stop against the serving thread's start (a lost stop would
+  // hang here until the test times out).
+  for (int i = 0; i < 50; ++i) {
+    auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
+    ASSERT_TRUE(server.ok()) << server.status();
+  }
+}
+
+}  // namespace
+}  // namespace nvdra::common

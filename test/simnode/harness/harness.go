@@ -40,6 +40,9 @@ type Options struct {
 	Labels       map[string]string
 	FeatureGates map[string]bool
 	Verbosity    int
+	// PidDir, when set, receives <node>.pid for each node process started
+	// (and rewritten when a fault restarts it), for `simnode down`.
+	PidDir string
 	// GPUProfiles maps node names to mock NVML profiles ("h100-sxm", a name
 	// in the profiles folder, or a path to a profile JSON). Each such node
 	// gets, before it starts, a driver root at nodeconfig.DriverRootHostPath
@@ -49,12 +52,15 @@ type Options struct {
 	GPUProfiles map[string]string
 }
 
-// Node is one running node process.
+// Node is one node: its process (replaced when a fault restarts it) and its
+// API proxy.
 type Node struct {
 	Config  nodeconfig.Config
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logFile *os.File
+	proxy   *apiProxy
+	deleted bool // DeleteNode ran: no process, no proxy
 }
 
 // Pid is the node process' id.
@@ -108,6 +114,7 @@ func Start(opts Options) (*Cluster, error) {
 		}
 	}
 	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner()}
+	apiServer := net.JoinHostPort(server.Hostname(), server.Port())
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("%s%d", opts.NamePrefix, i)
 		labels := opts.Labels
@@ -118,13 +125,28 @@ func Start(opts Options) (*Cluster, error) {
 				labels[k] = v
 			}
 		}
+		// Every node reaches the API server through a proxy of its own,
+		// which Partition cuts: the kubelet by its kubeconfig, containers
+		// by the kubernetes Service variables.
+		proxy, err := newAPIProxy(apiServer)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
+		dir := filepath.Join(opts.Dir, name)
+		kubeconfig, err := writeNodeKubeconfig(opts.Kubeconfig, dir, proxy.Addr())
+		if err != nil {
+			proxy.Close()
+			c.Stop()
+			return nil, err
+		}
 		cfg := nodeconfig.Config{
 			Name:         name,
 			IP:           NodeIP(i),
 			PodIPPrefix:  podIPPrefix(i),
-			Dir:          filepath.Join(opts.Dir, name),
-			Kubeconfig:   opts.Kubeconfig,
-			APIServer:    net.JoinHostPort(server.Hostname(), server.Port()),
+			Dir:          dir,
+			Kubeconfig:   kubeconfig,
+			APIServer:    proxy.Addr(),
 			Labels:       labels,
 			KubeletPort:  10250,
 			FeatureGates: opts.FeatureGates,
@@ -134,16 +156,22 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		if profile != "" {
 			if err := layOutDriverRoot(mock, &cfg); err != nil {
+				proxy.Close()
 				c.Stop()
 				return nil, err
 			}
 		}
-		n, err := c.startNode(cfg)
-		if err != nil {
+		if err := cfg.MakeDirs(); err != nil { // and the boot id
+			proxy.Close()
 			c.Stop()
 			return nil, err
 		}
+		n := &Node{Config: cfg, proxy: proxy}
 		c.Nodes = append(c.Nodes, n)
+		if err := c.startNode(n); err != nil {
+			c.Stop()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -153,32 +181,58 @@ func profileLabel(profile string) string {
 	return strings.TrimSuffix(filepath.Base(profile), ".json")
 }
 
-func (c *Cluster) startNode(cfg nodeconfig.Config) (*Node, error) {
+// startNode starts n's process from its config (again, after a fault).
+func (c *Cluster) startNode(n *Node) error {
+	cfg := n.Config
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		return fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
 	configPath := filepath.Join(cfg.Dir, "node.json")
 	if err := cfg.Save(configPath); err != nil {
-		return nil, fmt.Errorf("node %s: %w", cfg.Name, err)
+		return fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
-	n := &Node{Config: cfg, exited: make(chan struct{})}
 	logFile, err := os.OpenFile(n.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	n.logFile = logFile
-	n.cmd = exec.Command(c.opts.Simnode, "node", "--config", configPath)
-	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
-	if err := c.spawner.Start(n.cmd, false); err != nil {
+	cmd := exec.Command(c.opts.Simnode, "node", "--config", configPath)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := c.spawner.Start(cmd, false); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("node %s: start %s: %w", cfg.Name, c.opts.Simnode, err)
+		return fmt.Errorf("node %s: start %s: %w", cfg.Name, c.opts.Simnode, err)
 	}
+	exited := make(chan struct{})
+	n.cmd, n.exited, n.logFile = cmd, exited, logFile
 	go func() {
-		_ = n.cmd.Wait()
+		_ = cmd.Wait()
 		logFile.Close()
-		close(n.exited)
+		close(exited)
 	}()
-	return n, nil
+	if c.opts.PidDir != "" {
+		if err := writePid(c.opts.PidDir, cfg.Name, cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stopNode ends n's process and waits for it: with SIGTERM (the node stops
+// its containers) and SIGKILL after 10 s, or with SIGKILL at once.
+func (n *Node) stop(kill bool) {
+	if n.cmd == nil {
+		return
+	}
+	if kill {
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	} else {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-n.exited:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+		<-n.exited
+	}
 }
 
 // Client is an admin client of the cluster the nodes joined.
@@ -188,14 +242,14 @@ func (c *Cluster) Client() kubernetes.Interface { return c.client }
 // containers die with them. Node objects stay in the API (see DeleteNodes).
 func (c *Cluster) Stop() {
 	for _, n := range c.Nodes {
-		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		if n.cmd != nil {
+			_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		}
 	}
 	for _, n := range c.Nodes {
-		select {
-		case <-n.exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
-			<-n.exited
+		n.stop(false)
+		if n.proxy != nil {
+			n.proxy.Close()
 		}
 	}
 }
@@ -214,6 +268,9 @@ func (c *Cluster) DeleteNodes(ctx context.Context) error {
 // Exited reports a node process that ended, or nil.
 func (c *Cluster) Exited() *Node {
 	for _, n := range c.Nodes {
+		if n.deleted {
+			continue
+		}
 		select {
 		case <-n.exited:
 			return n

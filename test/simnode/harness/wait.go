@@ -23,22 +23,24 @@ func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 // It fails early when a node process exits.
 func (c *Cluster) WaitReady(ctx context.Context) error {
 	want := map[string]bool{}
+	var live []*Node
 	for _, n := range c.Nodes {
-		want[n.Config.Name] = true
+		if !n.deleted {
+			want[n.Config.Name] = true
+			live = append(live, n)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		for _, n := range c.Nodes {
+	for _, n := range live {
+		go func(exited <-chan struct{}) {
 			select {
-			case <-n.exited:
+			case <-exited:
 				cancel()
-				return
 			case <-ctx.Done():
-				return
 			}
-		}
-	}()
+		}(n.exited)
+	}
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.client.CoreV1().Nodes().List(ctx, o)

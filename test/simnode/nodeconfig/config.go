@@ -4,10 +4,12 @@
 package nodeconfig
 
 import (
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Config describes one node; the harness writes it as node.json in the node's
@@ -68,6 +70,110 @@ func (c *Config) CDIDirs() []string {
 	return []string{filepath.Join(c.Dir, "etc/cdi"), filepath.Join(c.Dir, "var/run/cdi")}
 }
 
+// BootIDHostPath is where Linux shows its boot id; a node's own boot id is
+// this path in its folder (BootIDPath). Containers see that file at this
+// path (the runtime bind-mounts it over procfs' file), and the kubelet
+// reports it as status.nodeInfo.bootID, so a simulated reboot (a new id) is
+// seen by plugins that checkpoint per boot and by the kubelet.
+const BootIDHostPath = "/proc/sys/kernel/random/boot_id"
+
+// BootIDPath is the node's boot id file (see BootIDHostPath).
+func (c *Config) BootIDPath() string { return filepath.Join(c.Dir, BootIDHostPath) }
+
+// BootID reads the node's boot id.
+func (c *Config) BootID() (string, error) {
+	data, err := os.ReadFile(c.BootIDPath())
+	if err != nil {
+		return "", fmt.Errorf("node %s: boot id: %w", c.Name, err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// EnsureBootID gives the node a boot id unless it has one.
+func (c *Config) EnsureBootID() error {
+	if _, err := os.Stat(c.BootIDPath()); err == nil {
+		return nil
+	}
+	return c.NewBootID()
+}
+
+// NewBootID gives the node a fresh random boot id (what a reboot does). The
+// file is replaced by rename, so a reader sees the old id or the new one.
+func (c *Config) NewBootID() error {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4, as the kernel's
+	b[8] = b[8]&0x3f | 0x80
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	path := c.BootIDPath()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("node %s: boot id: %w", c.Name, err)
+	}
+	if err := os.WriteFile(path+".tmp", []byte(id), 0o644); err != nil {
+		return fmt.Errorf("node %s: boot id: %w", c.Name, err)
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// VolatileDirs are the node's folders that a real node keeps in memory
+// (tmpfs /run and /var/run, the runtime's state, /tmp), which a reboot
+// empties. Not among them: the driver root under run/nvidia/driver, which
+// stands for the driver container's files that come back after a reboot.
+func (c *Config) VolatileDirs() []string {
+	return []string{filepath.Join(c.Dir, "var/run"), filepath.Join(c.Dir, "run"), c.ContainersDir(), c.TmpDir()}
+}
+
+// ClearVolatile empties VolatileDirs (keeping the folders and the driver
+// root). Only while the node is down.
+func (c *Config) ClearVolatile() error {
+	keep := c.DriverRoot()
+	for _, dir := range c.VolatileDirs() {
+		entries, err := os.ReadDir(dir)
+		if os.IsNotExist(err) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("node %s: %w", c.Name, err)
+		}
+		for _, e := range entries {
+			p := filepath.Join(dir, e.Name())
+			if p == keep || strings.HasPrefix(keep, p+"/") {
+				if err := clearAllBut(p, keep); err != nil {
+					return fmt.Errorf("node %s: %w", c.Name, err)
+				}
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("node %s: %w", c.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// clearAllBut removes what is under dir except keep and its parents.
+func clearAllBut(dir, keep string) error {
+	if dir == keep {
+		return nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		p := filepath.Join(dir, e.Name())
+		if p == keep || strings.HasPrefix(keep, p+"/") {
+			if err := clearAllBut(p, keep); err != nil {
+				return err
+			}
+		} else if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // LoadConfig reads a node.json.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -107,5 +213,5 @@ func (c *Config) MakeDirs() error {
 			return fmt.Errorf("node %s: %w", c.Name, err)
 		}
 	}
-	return nil
+	return c.EnsureBootID()
 }

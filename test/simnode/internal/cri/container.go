@@ -25,6 +25,15 @@ const imageBinDir = "/simnode/bin"
 
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// bootIDPath is where Linux shows its boot id (nodeconfig.BootIDHostPath;
+// not imported: this package does not depend on the node's layout).
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// PidFile is the file in a container's folder (Options.ContainersDir/<id>)
+// that holds the pid of its process while it runs; the process leads its
+// own process group. For fault injection (harness.KillContainer).
+const PidFile = "pid"
+
 // fileMountTargets are container paths the kubelet mounts as files; when the
 // kubelet's fake OS interface did not create the source, it is made a file.
 var fileMountTargets = map[string]bool{
@@ -119,6 +128,10 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 		default:
 			spec.Binds = append(spec.Binds, bind{Source: d, Target: d, ReadOnly: d != "/proc" && d != "/sys"})
 		}
+	}
+	if r.opts.BootIDFile != "" && fileExists(r.opts.BootIDFile) {
+		// After /proc: it covers procfs' file in the container's view only.
+		spec.Binds = append(spec.Binds, bind{Source: r.opts.BootIDFile, Target: bootIDPath, ReadOnly: true})
 	}
 	for _, f := range systemFiles {
 		if _, err := os.Stat(f); err == nil {
@@ -247,6 +260,8 @@ func (c *container) start(sp *proc.Spawner, self string, onExit func(id string, 
 	c.mu.Lock()
 	c.cmd = cmd
 	c.mu.Unlock()
+	// Best effort: only fault injection reads it.
+	_ = os.WriteFile(filepath.Join(c.dir, PidFile), []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o644)
 
 	// The log closes when both streams end, which may be after the process:
 	// a child it left behind can still hold them.
@@ -257,6 +272,7 @@ func (c *container) start(sp *proc.Spawner, self string, onExit func(id string, 
 	go func() { streams.Wait(); logw.close() }()
 	go func() {
 		werr := cmd.Wait()
+		_ = os.Remove(filepath.Join(c.dir, PidFile))
 		code := exitCode(werr)
 		reason := "Completed"
 		if code != 0 {

@@ -93,19 +93,24 @@ func RunInit(specPath string) error {
 }
 
 func applyBind(rootfs string, b bind) error {
+	target := filepath.Join(rootfs, b.Target)
+	st, err := os.Stat(b.Source)
+	if err != nil && !b.Symlink {
+		return err
+	}
+	// A mount point that exists already needs no write; a file of a shared
+	// folder (the node's boot id over procfs' own) may then be covered.
+	if tst, terr := os.Stat(target); !b.Symlink && terr == nil && tst.IsDir() == st.IsDir() {
+		return mountBind(b, target)
+	}
 	if !b.Symlink && underSystemDir(b.Target) && !isSystemTarget(b.Target) {
 		return errors.New("mount point lies below a folder shared with the host")
 	}
-	target := filepath.Join(rootfs, b.Target)
 	if b.Symlink {
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
 			return err
 		}
 		return os.Symlink(b.Source, target)
-	}
-	st, err := os.Stat(b.Source)
-	if err != nil {
-		return err
 	}
 	if st.IsDir() {
 		if err := os.MkdirAll(target, 0o755); err != nil {
@@ -121,6 +126,10 @@ func applyBind(rootfs string, b bind) error {
 		}
 		f.Close()
 	}
+	return mountBind(b, target)
+}
+
+func mountBind(b bind, target string) error {
 	if err := unix.Mount(b.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind mount: %w", err)
 	}

@@ -40,6 +40,10 @@ type Options struct {
 	// APIServer (host:port) replaces the kubernetes Service address in
 	// containers' environment, so in-cluster clients reach the API server.
 	APIServer string
+	// BootIDFile, when set, is bind-mounted over /proc/sys/kernel/random/boot_id
+	// in every container, so programs see the node's boot id, not this
+	// machine's (nodeconfig.BootIDHostPath).
+	BootIDFile string
 }
 
 // Runtime serves CRI on a unix socket. Thread-safe: gRPC calls arrive

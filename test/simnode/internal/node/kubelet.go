@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
@@ -53,6 +54,7 @@ func Run(ctx context.Context, cfg *nodeconfig.Config) error {
 		ContainersDir: cfg.ContainersDir(),
 		Images:        cfg.Images,
 		APIServer:     cfg.APIServer,
+		BootIDFile:    cfg.BootIDPath(),
 	})
 	if err != nil {
 		return err
@@ -120,7 +122,7 @@ func startKubelet(ctx context.Context, cfg *nodeconfig.Config, endpoint string) 
 	}
 
 	hollow := kubemark.NewHollowKubelet(flags, kc, client, heartbeatClient,
-		&machine{Fake: &cadvisortest.Fake{NodeName: cfg.Name}}, imageService, runtimeService, containerManager)
+		&machine{Fake: &cadvisortest.Fake{NodeName: cfg.Name}, bootIDPath: cfg.BootIDPath()}, imageService, runtimeService, containerManager)
 	// kubemark fakes probes; nil makes the kubelet build its real prober, so
 	// exec probes reach the runtime's ExecSync.
 	hollow.KubeletDeps.ProbeManager = nil
@@ -164,9 +166,12 @@ func adjustKubeletConfig(cfg *nodeconfig.Config, f *options.KubeletFlags, c *kub
 }
 
 // machine is cadvisor's fake with a GPU-node-sized machine: kubemark's fake
-// has one core and 3.75 GiB, too small for the pods a GPU node runs.
+// has one core and 3.75 GiB, too small for the pods a GPU node runs. Its
+// boot id is the node's (nodeconfig.BootIDPath), which the kubelet reports in
+// status.nodeInfo.bootID (and, when it changed, records a Rebooted event).
 type machine struct {
 	*cadvisortest.Fake
+	bootIDPath string
 }
 
 func (m *machine) MachineInfo(logger klog.Logger) (*cadvisorapi.MachineInfo, error) {
@@ -176,5 +181,8 @@ func (m *machine) MachineInfo(logger klog.Logger) (*cadvisorapi.MachineInfo, err
 	}
 	info.NumCores = 64
 	info.MemoryCapacity = 512 << 30
+	if data, err := os.ReadFile(m.bootIDPath); err == nil {
+		info.BootID = strings.TrimSpace(string(data))
+	}
 	return info, nil
 }

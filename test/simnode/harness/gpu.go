@@ -97,19 +97,27 @@ func layOutDriverRoot(m mockNVML, cfg *nodeconfig.Config) error {
 }
 
 // FindCheckoutPath finds rel (e.g. "test/mocknvml") in the checkout that
-// encloses the working directory.
+// encloses the working directory, else in the one that encloses this
+// executable (the simnode CLI lives in the checkout's .cache/cluster-bin).
 func FindCheckoutPath(rel string) (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		candidate := filepath.Join(dir, rel)
-		if _, err := os.Stat(candidate); err == nil {
-			return candidate, nil
-		}
-		if dir == filepath.Dir(dir) {
-			return "", errors.New(rel + " not found above " + wd)
+	starts := []string{wd}
+	if self, err := os.Executable(); err == nil {
+		starts = append(starts, filepath.Dir(self))
+	}
+	for _, start := range starts {
+		for dir := start; ; dir = filepath.Dir(dir) {
+			candidate := filepath.Join(dir, rel)
+			if _, err := os.Stat(candidate); err == nil {
+				return candidate, nil
+			}
+			if dir == filepath.Dir(dir) {
+				break
+			}
 		}
 	}
+	return "", errors.New(rel + " not found above " + strings.Join(starts, " or "))
 }

@@ -2,9 +2,11 @@
 // plane: each node is a real kubelet (with the real DRA manager) in its own
 // process, talking to a simulated CRI runtime. See test/simnode/README.md.
 //
-//	simnode up   --dir D --kubeconfig K --nodes N [--image NAME=PROGRAM]...
-//	simnode run  ...same flags, in the foreground
-//	simnode down --dir D
+//	simnode up    --dir D [--kubeconfig K] --nodes N [--profile P | --profiles NODE=P,...]
+//	              [--image NAME=PROGRAM]... [--mocknvml LIB] [-v N]
+//	simnode run   ...same flags, in the foreground
+//	simnode fault --dir D <restart-kubelet|kill-container|reboot|partition|heal|delete> NODE [NS/POD/CONTAINER]
+//	simnode down  --dir D [--clean]
 //	simnode node --config D/NODE/node.json    (one node; started by up/run)
 package main
 
@@ -31,7 +33,7 @@ func main() {
 		err = containerInit(os.Args[2:])
 	case "node":
 		err = runNode(os.Args[2:])
-	case "up", "run", "down":
+	case "up", "run", "down", "fault":
 		err = clusterCommand(os.Args[1], os.Args[2:])
 	default:
 		usage()
@@ -44,11 +46,16 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: simnode <up|run|down|node> [flags]
+	fmt.Fprint(os.Stderr, `usage: simnode <up|run|fault|down|node> [flags]
 
-  up     start simulated nodes in the background; returns when all are Ready
+  up     start simulated nodes (and, without --kubeconfig, a control plane) in
+         the background; returns when all are Ready
   run    the same in the foreground; SIGINT/SIGTERM stops every node
-  down   stop the nodes started by up (and remove their folders with --clean)
+  fault  apply a fault to a node of a running up/run: restart-kubelet,
+         kill-container (NS/POD/CONTAINER), reboot, partition, heal, delete
+  down   stop what up started (and remove the folder with --clean)
   node   run one node from its node.json (started by up and run)
+
+Run "simnode up -h" for up's flags.
 `)
 }

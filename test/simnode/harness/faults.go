@@ -10,7 +10,10 @@ import (
 	"strings"
 	"syscall"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"nvdra.local/test/simnode/internal/cri"
 )
@@ -194,4 +197,30 @@ func writePid(dir, node string, pid int) error {
 		return err
 	}
 	return os.WriteFile(pidPath(dir, node), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+// ExecSync runs cmd in a running container of the node through the node's
+// CRI socket (the runtime's ExecSync, as the kubelet's exec probes do), and
+// returns its stdout and stderr together; a non-zero exit is an error.
+func ExecSync(ctx context.Context, n *Node, namespace, pod, container string, cmd ...string) (string, error) {
+	view, err := cri.ReadView(cri.ViewPath(n.Config.ViewsDir(), namespace, pod, container))
+	if err != nil {
+		return "", err
+	}
+	conn, err := grpc.NewClient("unix://"+n.Config.CRISocket(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	resp, err := runtimeapi.NewRuntimeServiceClient(conn).ExecSync(ctx, &runtimeapi.ExecSyncRequest{
+		ContainerId: view.ContainerID, Cmd: cmd, Timeout: 30,
+	})
+	if err != nil {
+		return "", err
+	}
+	out := string(resp.Stdout) + string(resp.Stderr)
+	if resp.ExitCode != 0 {
+		return out, fmt.Errorf("exit code %d", resp.ExitCode)
+	}
+	return out, nil
 }

@@ -138,7 +138,7 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f, ReadOnly: true})
 		}
 	}
-	mounts := append([]bind(nil), mountBinds(c.view)...)
+	mounts, overlayBins := redirectSystemMounts(mountBinds(c.view))
 	spec.Binds = append(spec.Binds, mounts...)
 	for _, f := range devFiles {
 		if _, err := os.Stat(f); err == nil {
@@ -172,6 +172,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	if _, ok := c.view.EnvValue("PATH"); !ok {
 		env = append(env, "PATH="+pathEnv)
 	}
+	if len(overlayBins) > 0 {
+		prefix := strings.Join(overlayBins, ":") + ":"
+		for i, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				env[i] = "PATH=" + prefix + v
+			}
+		}
+	}
 	spec.Env = env
 	if len(spec.Args) == 0 {
 		return spec, false
@@ -193,6 +201,38 @@ func mountBinds(v *View) []bind {
 		return strings.Count(out[i].Target, "/") < strings.Count(out[j].Target, "/")
 	})
 	return out
+}
+
+// overlayDir receives mounts whose target lies below a folder shared with
+// this machine (/usr, /bin, ...) and does not exist here: a CDI spec's
+// /usr/bin/nvidia-smi cannot be mounted into the shared /usr without a mount
+// point there, so it appears at /simnode/overlay/usr/bin/nvidia-smi instead.
+const overlayDir = "/simnode/overlay"
+
+// binDirs are the folders whose overlay copies go first on PATH.
+var binDirs = map[string]bool{"/usr/local/sbin": true, "/usr/local/bin": true, "/usr/sbin": true,
+	"/usr/bin": true, "/sbin": true, "/bin": true}
+
+// redirectSystemMounts moves binds that would need a new mount point below a
+// shared system folder into overlayDir, and returns the overlay's bin folders
+// that received programs, for PATH.
+func redirectSystemMounts(binds []bind) ([]bind, []string) {
+	var bins []string
+	seen := map[string]bool{}
+	for i, b := range binds {
+		if !underSystemDir(b.Target) || isSystemTarget(b.Target) {
+			continue
+		}
+		if _, err := os.Lstat(b.Target); err == nil {
+			continue // the mount point exists: it is covered in the container only
+		}
+		binds[i].Target = overlayDir + b.Target
+		if dir := filepath.Dir(b.Target); binDirs[dir] && !seen[dir] {
+			seen[dir] = true
+			bins = append(bins, overlayDir+dir)
+		}
+	}
+	return binds, bins
 }
 
 func hostHas(program string) bool {

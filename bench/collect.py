@@ -38,6 +38,20 @@ def google_benchmark(path, results):
                 results.append({"name": f"{name}_{key}", "value": value, "unit": "bytes", "better": "lower"})
 
 
+def simnode_scale(path, results):
+    """test/simnode TestScaleFootprint (simnode_scale.json): per node count N,
+    start-up to all Ready, PSS over the nodes' processes, idle CPU per node."""
+    with open(path) as f:
+        data = json.load(f)
+    for run in data.get("runs", []):
+        n = run["nodes"]
+        for key, name, unit in (("startup_s", "startup_s", "s"), ("pss_total_mib", "pss_total_mib", "MiB"),
+                                ("pss_per_node_mib", "pss_per_node_mib", "MiB"),
+                                ("cpu_per_node_pct", "idle_cpu_per_node_pct", "%")):
+            results.append({"name": f"simnode.{name}_{n}", "value": round(run[key], 3), "unit": unit,
+                            "better": "lower"})
+
+
 def informer(path, results):
     """Initial sync, RSS and CPU per 1,000 updates: ours, with client-go as the peer."""
     with open(path) as f:
@@ -74,6 +88,8 @@ def main():
             google_benchmark(path, results)
     if os.path.exists(os.path.join(raw, "informer.json")):
         informer(os.path.join(raw, "informer.json"), results)
+    if os.path.exists(os.path.join(raw, "simnode_scale.json")):
+        simnode_scale(os.path.join(raw, "simnode_scale.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")
     if os.path.exists(start):
         with open(start) as f:

@@ -5,6 +5,8 @@ Inputs (in the raw directory given as argv[1]):
   <name>_bench.json          Google Benchmark JSON (aggregates: the median is used)
   control_plane_start.txt    one start-up time in seconds per line
   informer.json              bench/informer/run: our informer and client-go's
+  gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
+  gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
 
 A Google Benchmark may name a peer for a figure with a user counter called
 "peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
@@ -79,6 +81,44 @@ def informer(path, results):
                             "unit": unit, "better": "lower"})
 
 
+def gpu_plugin_direct(path, results):
+    """Prepare/unprepare latency over the plugin's socket and the plugin's memory (MiB)."""
+    with open(path) as f:
+        data = json.load(f)
+    for call in ("prepare", "unprepare"):
+        for p in ("p50", "p99"):
+            results.append({"name": f"gpu_plugin.{call}_direct_{p}_ms", "value": data[call][f"{p}_ms"],
+                            "unit": "ms", "better": "lower"})
+    by_label = {m["label"]: m for m in data["memory"]}
+    idle, warm, end = by_label.get("idle"), by_label.get("warm"), by_label.get("end")
+    cycles = data["cycles"]
+    mib = lambda kib: round(kib / 1024.0, 2)
+    for key, name in (("vmrss_kib", "rss"), ("rss_anon_kib", "anon"), ("pss_kib", "pss")):
+        if idle and key in idle:
+            results.append({"name": f"gpu_plugin.{name}_idle_mib", "value": mib(idle[key]),
+                            "unit": "MiB", "better": "lower"})
+        if end and key in end:
+            results.append({"name": f"gpu_plugin.{name}_after_{cycles}_cycles_mib", "value": mib(end[key]),
+                            "unit": "MiB", "better": "lower"})
+        # Growth over the timed cycles, from the first (warm-up) cycle on:
+        # what a leak would show.
+        if warm and end and key in warm and key in end:
+            results.append({"name": f"gpu_plugin.{name}_growth_{cycles}_cycles_mib",
+                            "value": mib(end[key] - warm[key]), "unit": "MiB", "better": "lower"})
+
+
+def gpu_plugin_kubelet(path, results):
+    """Latency of the plugin's calls as the kubelet measured them, per pod."""
+    with open(path) as f:
+        data = json.load(f)
+    for key, name in (("grpc_prepare", "prepare_kubelet"), ("grpc_unprepare", "unprepare_kubelet"),
+                      ("manager_prepare", "prepare_kubelet_manager"),
+                      ("manager_unprepare", "unprepare_kubelet_manager")):
+        for p in ("p50", "p99"):
+            results.append({"name": f"gpu_plugin.{name}_{p}_ms", "value": data[key][f"{p}_ms"],
+                            "unit": "ms", "better": "lower"})
+
+
 def main():
     raw, out = sys.argv[1], sys.argv[2]
     results = []
@@ -88,6 +128,10 @@ def main():
             google_benchmark(path, results)
     if os.path.exists(os.path.join(raw, "informer.json")):
         informer(os.path.join(raw, "informer.json"), results)
+    for entry, collect in (("gpu_plugin_direct.json", gpu_plugin_direct),
+                           ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
+        if os.path.exists(os.path.join(raw, entry)):
+            collect(os.path.join(raw, entry), results)
     if os.path.exists(os.path.join(raw, "simnode_scale.json")):
         simnode_scale(os.path.join(raw, "simnode_scale.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")

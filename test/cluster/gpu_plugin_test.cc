@@ -6,29 +6,27 @@
 // Unprepare (NVDRA_TEST_CRASH_AT), a reboot (boot id change), and a claim
 // deleted while the plugin was down.
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster_client.h"
 #include "common/crash_point.h"
+#include "gpu_plugin_harness.h"
 #include "k8s/client.h"
 #include "pkg/apis/dra/v1/api.grpc.pb.h"
 
@@ -42,81 +40,6 @@ using nlohmann::json;
 constexpr const char* kNamespace = "gpu-plugin-test";
 constexpr const char* kNodeName = "gpu-node-a";
 constexpr const char* kDriver = "gpu.nvidia.com";
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-}
-
-// The plugin process. Destruction stops it.
-class PluginProcess {
- public:
-  PluginProcess(std::vector<std::string> argv, std::vector<std::string> env, fs::path log)
-      : argv_(std::move(argv)), env_(std::move(env)), log_(std::move(log)) {}
-  ~PluginProcess() { Stop(); }
-
-  bool Start(const std::string& crash_at = "") {
-    std::vector<std::string> env = env_;
-    if (!crash_at.empty()) env.push_back("NVDRA_TEST_CRASH_AT=" + crash_at);
-    pid_ = fork();
-    if (pid_ == 0) {
-      int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> args;
-      for (auto& a : argv_) args.push_back(a.data());
-      args.push_back(nullptr);
-      std::vector<char*> envp;
-      for (auto& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      execve(args[0], args.data(), envp.data());
-      _exit(127);
-    }
-    pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
-    return pid_ > 0 && pidfd_ >= 0;
-  }
-
-  // Waits for the process to end by itself; its exit status or nullopt.
-  std::optional<int> WaitExit(std::chrono::milliseconds timeout) {
-    if (pid_ <= 0) return std::nullopt;
-    pollfd p{pidfd_, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    Reset();
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    if (!WaitExit(std::chrono::seconds(20))) {
-      kill(pid_, SIGKILL);
-      WaitExit(std::chrono::seconds(20));
-    }
-  }
-
-  bool running() const { return pid_ > 0; }
-
- private:
-  void Reset() {
-    if (pidfd_ >= 0) close(pidfd_);
-    pidfd_ = -1;
-    pid_ = -1;
-  }
-  std::vector<std::string> argv_;
-  std::vector<std::string> env_;
-  fs::path log_;
-  pid_t pid_ = -1;
-  int pidfd_ = -1;
-};
 
 class GpuPluginTest : public ::testing::Test {
  protected:
@@ -139,25 +62,17 @@ class GpuPluginTest : public ::testing::Test {
 
   void SetUp() override {
     if (setup_error_ != nullptr) GTEST_SKIP() << "no cluster: " << *setup_error_;
-    char pattern[] = "/tmp/gpuplugin-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    driver_root_ = dir_ / "driver-root";
-    const std::string make = std::string(NVDRA_MOCKNVML_MAKE_DRIVER_ROOT) + " " + driver_root_.string() + " " +
-                             NVDRA_MOCKNVML_PROFILES_DIR + "/h100-sxm.json " + NVDRA_MOCKNVML_PATH;
-    ASSERT_EQ(std::system(make.c_str()), 0) << make;
-    fs::create_directories(dir_ / "cdi");
-    WriteFile(dir_ / "boot_id", "11111111-2222-3333-4444-555555555555\n");
+    PluginNodeDir node;
+    const std::string error =
+        MakePluginNodeDir("gpuplugin", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
+                          std::string(NVDRA_MOCKNVML_PROFILES_DIR) + "/h100-sxm.json", NVDRA_MOCKNVML_PATH, &node);
+    dir_ = node.dir;
+    node_ = node;
+    ASSERT_EQ(error, "");
+    driver_root_ = node.driver_root;
     plugin_ = std::make_unique<PluginProcess>(
-        std::vector<std::string>{
-            GPU_KUBELET_PLUGIN, "--node-name", kNodeName, "--kubeconfig", shared_->cluster->kubeconfig().string(),
-            "--cdi-root", (dir_ / "cdi").string(), "--nvidia-driver-root", driver_root_.string(),
-            "--container-driver-root", driver_root_.string(), "--kubelet-registrar-directory-path",
-            (dir_ / "registry").string(), "--kubelet-plugins-directory-path", (dir_ / "plugins").string(),
-            "--image-name", "test/image:v1", "-v", "4"},
-        std::vector<std::string>{"NVDRA_BOOT_ID_FILE=" + (dir_ / "boot_id").string(),
-                                 "PATH=/usr/bin:/bin"},
-        dir_ / "plugin.log");
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node, kNodeName, shared_->cluster->kubeconfig().string()),
+        GpuPluginEnv(node), node.log);
   }
 
   void TearDown() override {
@@ -199,51 +114,15 @@ class GpuPluginTest : public ::testing::Test {
   // scheduler would. `config` is an optional opaque config's parameters.
   json CreateAllocatedClaim(const std::string& name, const std::string& device,
                             const std::optional<json>& config = std::nullopt) {
-    json claim = {{"apiVersion", "resource.k8s.io/v1"},
-                  {"kind", "ResourceClaim"},
-                  {"metadata", {{"name", name}, {"namespace", kNamespace}}},
-                  {"spec",
-                   {{"devices",
-                     {{"requests", json::array({{{"name", "gpu"},
-                                                  {"exactly", {{"deviceClassName", "gpu.nvidia.com"}}}}})}}}}}};
-    if (config) {
-      claim["spec"]["devices"]["config"] =
-          json::array({{{"requests", json::array({"gpu"})},
-                        {"opaque", {{"driver", kDriver}, {"parameters", *config}}}}});
-    }
-    auto created = shared_->client->Create(k8s::resources::kResourceClaims, kNamespace, claim);
-    EXPECT_TRUE(created.ok()) << created.status().ToString();
-    if (!created.ok()) return json();
+    // Deleted by TearDown even when the allocation below fails.
     created_claims_.push_back(name);
-    json status_claim = *created;
-    json allocation = {
-        {"devices",
-         {{"results", json::array({{{"request", "gpu"}, {"driver", kDriver}, {"pool", kNodeName}, {"device", device}}})}}},
-        {"nodeSelector",
-         {{"nodeSelectorTerms",
-           json::array({{{"matchFields", json::array({{{"key", "metadata.name"},
-                                                        {"operator", "In"},
-                                                        {"values", json::array({kNodeName})}}})}}})}}}};
-    if (config) {
-      allocation["devices"]["config"] = json::array(
-          {{{"source", "FromClaim"}, {"requests", json::array({"gpu"})},
-            {"opaque", {{"driver", kDriver}, {"parameters", *config}}}}});
-    }
-    status_claim["status"] = {{"allocation", allocation}};
-    k8s::WriteOptions options;
-    options.subresource = "status";
-    auto updated = shared_->client->Update(k8s::resources::kResourceClaims, kNamespace, status_claim, options);
-    EXPECT_TRUE(updated.ok()) << updated.status().ToString();
-    return updated.ok() ? *updated : json();
+    auto claim = nvdra::testing::CreateAllocatedClaim(*shared_->client, kNamespace, kNodeName, kDriver, name,
+                                                      device, config);
+    EXPECT_TRUE(claim.ok()) << claim.status().ToString();
+    return claim.ok() ? *claim : json();
   }
 
-  static drav1::Claim Ref(const json& claim) {
-    drav1::Claim ref;
-    ref.set_namespace_(claim["metadata"]["namespace"].get<std::string>());
-    ref.set_name(claim["metadata"]["name"].get<std::string>());
-    ref.set_uid(claim["metadata"]["uid"].get<std::string>());
-    return ref;
-  }
+  static drav1::Claim Ref(const json& claim) { return ClaimRef(claim); }
 
   grpc::Status Prepare(const json& claim, drav1::NodePrepareResourceResponse* out) {
     drav1::NodePrepareResourcesRequest request;
@@ -281,6 +160,7 @@ class GpuPluginTest : public ::testing::Test {
   static ClusterClient* shared_;
   static std::string* setup_error_;
   fs::path dir_;
+  PluginNodeDir node_;
   fs::path driver_root_;
   std::unique_ptr<PluginProcess> plugin_;
   std::shared_ptr<grpc::Channel> channel_;
@@ -440,6 +320,114 @@ TEST_F(GpuPluginTest, ARebootClearsPreparedState) {
   ASSERT_TRUE(Prepare(claim, &response).ok());
   EXPECT_EQ(response.error(), "");
   EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareCompleted");
+}
+
+// A port nobody listens on now (bound and released; the plugin binds it next).
+int FreeLocalPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+// Samples of a text-format scrape by series ("name{labels}"); comments skipped.
+std::map<std::string, double> ParseSamples(const std::string& text) {
+  std::map<std::string, double> samples;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const std::size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return samples;
+}
+
+// --http-endpoint serves upstream's nvidia_dra_* metrics: request series at
+// zero before any request, then counts, durations, errors and the prepared
+// devices of the checkpoint after a prepare, a failed prepare and an unprepare.
+TEST_F(GpuPluginTest, ServesUpstreamMetricsOnTheHttpEndpoint) {
+  const int port = FreeLocalPort();
+  ASSERT_GT(port, 0);
+  std::vector<std::string> argv =
+      GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+  argv.push_back("--http-endpoint=127.0.0.1:" + std::to_string(port));
+  plugin_ = std::make_unique<PluginProcess>(argv, GpuPluginEnv(node_), node_.log);
+  StartPlugin();
+
+  httplib::Client http("127.0.0.1", port);
+  auto scrape = [&http] {
+    auto response = http.Get("/metrics");
+    EXPECT_TRUE(response) << "no answer from the metrics endpoint";
+    if (!response) return std::map<std::string, double>();
+    EXPECT_EQ(response->status, 200);
+    EXPECT_EQ(response->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    return ParseSamples(response->body);
+  };
+  const std::string op_prepare = "{driver=\"gpu.nvidia.com\",operation=\"prepare\"}";
+  const std::string op_unprepare = "{driver=\"gpu.nvidia.com\",operation=\"unprepare\"}";
+  const std::string gpu_devices =
+      "nvidia_dra_prepared_devices{device_type=\"gpu\",driver=\"gpu.nvidia.com\",node=\"gpu-node-a\"}";
+  const std::string prepare_errors =
+      "nvidia_dra_node_prepare_errors_total{driver=\"gpu.nvidia.com\",error_type=\"prepare_devices\"}";
+
+  std::map<std::string, double> samples = scrape();
+  EXPECT_EQ(samples.at("nvidia_dra_requests_total" + op_prepare), 0);
+  EXPECT_EQ(samples.at("nvidia_dra_requests_total" + op_unprepare), 0);
+  EXPECT_EQ(samples.at("nvidia_dra_request_duration_seconds_count" + op_prepare), 0);
+  EXPECT_EQ(samples.at("nvidia_dra_requests_inflight" + op_prepare), 0);
+  EXPECT_EQ(samples.at(gpu_devices), 0);
+  EXPECT_EQ(samples.count(prepare_errors), 0u);
+
+  json claim = CreateAllocatedClaim("metrics-gpu", "gpu-0");
+  json bad = CreateAllocatedClaim(
+      "metrics-bad-config", "gpu-1",
+      json{{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"sharing", {{"stratgy", "MPS"}}}});
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  ASSERT_TRUE(Prepare(bad, &response).ok());
+  ASSERT_NE(response.error(), "");
+
+  samples = scrape();
+  EXPECT_EQ(samples.at("nvidia_dra_requests_total" + op_prepare), 1);  // successes only
+  EXPECT_EQ(samples.at("nvidia_dra_request_duration_seconds_count" + op_prepare), 1);
+  const std::string buckets = "nvidia_dra_request_duration_seconds_bucket{driver=\"gpu.nvidia.com\","
+                              "operation=\"prepare\",le=\"";
+  EXPECT_EQ(samples.at(buckets + "+Inf\"}"), 1);
+  EXPECT_LE(samples.at(buckets + "0.05\"}"), samples.at(buckets + "12.8\"}"));
+  const double sum = samples.at("nvidia_dra_request_duration_seconds_sum" + op_prepare);
+  EXPECT_GT(sum, 0);
+  EXPECT_LT(sum, 60);
+  EXPECT_EQ(samples.at(prepare_errors), 1);
+  EXPECT_EQ(samples.at(gpu_devices), 1);
+  EXPECT_EQ(samples.at("nvidia_dra_requests_inflight" + op_prepare), 0);
+
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  ASSERT_EQ(error, "");
+  samples = scrape();
+  EXPECT_EQ(samples.at("nvidia_dra_requests_total" + op_unprepare), 1);
+  EXPECT_EQ(samples.at("nvidia_dra_request_duration_seconds_count" + op_unprepare), 1);
+  EXPECT_EQ(samples.at(gpu_devices), 0);
+  EXPECT_EQ(samples.at("nvidia_dra_requests_total" + op_prepare), 1);
+
+  auto elsewhere = http.Get("/");
+  ASSERT_TRUE(elsewhere);
+  EXPECT_EQ(elsewhere->status, 404);
 }
 
 }  // namespace

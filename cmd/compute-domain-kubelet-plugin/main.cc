@@ -1,8 +1,9 @@
 // compute-domain-kubelet-plugin: the per-node DRA plugin for ComputeDomain IMEX
-// channels and daemons (driver compute-domain.nvidia.com). For now: flags,
-// feature gates, logging and an orderly wait for SIGTERM.
+// channels and daemons (driver compute-domain.nvidia.com): flags, then
+// computedomain::ComputeDomainKubeletPlugin until SIGTERM or SIGINT.
 
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "computedomain/config.h"
+#include "computedomain/plugin.h"
 
 int main(int argc, char** argv) {
   using namespace nvdra;
@@ -34,9 +36,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   common::LogStartup(computedomain::kPluginBinaryName, app, *gates);
-  LOG_INFO(0, "component not implemented yet; waiting for SIGTERM or SIGINT",
-           {{"node", config.plugin.node_name}});
+  auto plugin = computedomain::ComputeDomainKubeletPlugin::Start(config, *gates,
+                                                                 computedomain::PluginEnvironmentFromEnv());
+  if (!plugin.ok()) {
+    LOG_ERROR("compute-domain-kubelet-plugin cannot start", {{"err", plugin.status()}});
+    common::FlushLogs();
+    return 1;
+  }
+  std::jthread background([&](std::stop_token stop) { (*plugin)->Run(stop); });
   const int signal_number = (*signals)->WaitForShutdown();
+  background.request_stop();
+  background.join();
+  plugin->reset();
   LOG_INFO(0, "shutdown complete", {{"signal", signal_number}});
   common::FlushLogs();
   return 0;

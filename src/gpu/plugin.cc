@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
@@ -17,6 +19,7 @@
 #include "k8s/config.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_metrics.h"
 #include "kubeletplugin/plugin_server.h"
 #include "kubeletplugin/resource_slice_publisher.h"
 #include "nvml/library.h"
@@ -29,6 +32,8 @@ using common::StatusOr;
 // Declared in destruction order's reverse: the server goes first, so no
 // kubelet call reaches a half-destroyed preparer.
 struct GpuKubeletPlugin::Parts {
+  std::unique_ptr<common::MetricsRegistry> metrics_registry;
+  std::unique_ptr<kubeletplugin::PluginMetrics> metrics;
   std::unique_ptr<k8s::Client> client;
   std::unique_ptr<nvml::Library> nvml;
   std::unique_ptr<GpuCdi> cdi;
@@ -36,6 +41,7 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<kubeletplugin::ResourceSlicePublisher> publisher;
   std::unique_ptr<kubeletplugin::ClaimPreparer> preparer;
   std::unique_ptr<kubeletplugin::PluginServer> server;
+  std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
   PluginEnvironment environment;
 };
 
@@ -57,6 +63,9 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
   resources.pools[node_name].slices.push_back(std::move(slice));
   return resources;
 }
+
+
+}  // namespace
 
 // Upstream's layout: without --nvidia-cdi-hook-path, the hook binary is copied
 // into the plugin's folder, a host path the container runtime can run. Ours
@@ -86,7 +95,6 @@ std::string InstallCdiHook(const std::filesystem::path& plugin_dir) {
   return target.string();
 }
 
-}  // namespace
 
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
@@ -103,6 +111,18 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   auto parts = std::make_unique<Parts>();
   parts->environment = environment;
   const std::string driver(kDriverName);
+
+  // Checkpoint device kinds of this plugin, for nvidia_dra_prepared_devices.
+  parts->metrics_registry = std::make_unique<common::MetricsRegistry>();
+  parts->metrics = std::make_unique<kubeletplugin::PluginMetrics>(
+      *parts->metrics_registry, driver, config.plugin.node_name, std::vector<std::string>{"gpu", "mig", "vfio"});
+  if (!config.metrics.http_endpoint.empty()) {
+    ASSIGN_OR_RETURN(parts->metrics_server,
+                     common::MetricsServer::Start(*parts->metrics_registry, config.metrics.http_endpoint,
+                                                  config.metrics.metrics_path));
+    LOG_INFO(0, "metrics server listening",
+             {{"address", parts->metrics_server->address()}, {"path", parts->metrics_server->path()}});
+  }
 
   k8s::ConfigSources sources = k8s::ConfigSourcesFromEnvironment(config.kube_client);
   ASSIGN_OR_RETURN(k8s::RestConfig rest, k8s::LoadConfig(sources));
@@ -136,7 +156,8 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
   ASSIGN_OR_RETURN(parts->preparer,
                    kubeletplugin::ClaimPreparer::Create(
-                       {.driver_name = driver, .plugin_dir = plugin_dir, .boot_id = boot_id},
+                       {.driver_name = driver, .plugin_dir = plugin_dir, .boot_id = boot_id,
+                        .metrics = parts->metrics.get()},
                        *parts->client, *parts->device_state));
 
   kubeletplugin::PublisherOptions publisher_options;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <stop_token>
+#include <string>
 
 #include "common/feature_gates.h"
 #include "common/status.h"
@@ -31,6 +32,12 @@ struct PluginEnvironment {
 
 // Reads the environment variables that tests use (NVDRA_BOOT_ID_FILE).
 PluginEnvironment PluginEnvironmentFromEnv();
+
+// Copies nvidia-cdi-hook (found next to this binary, or in /usr/bin) into
+// `plugin_dir` and returns the copy's path, which the CDI specs name when
+// --nvidia-cdi-hook-path is empty (upstream's layout; both plugins use it).
+// Failures are logged; the path is returned anyway.
+std::string InstallCdiHook(const std::filesystem::path& plugin_dir);
 
 class GpuKubeletPlugin {
  public:

@@ -1,6 +1,9 @@
 #include "kubeletplugin/claim_preparer.h"
 
+#include <chrono>
+#include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -62,6 +65,50 @@ std::string ClaimString(const ClaimRef& ref) { return fmt::format("{}/{} ({})", 
 
 }  // namespace
 
+// One kubelet request in the plugin metrics (no-ops without them), timed as
+// upstream times it: from before the node locks to the answer, waits included.
+// In flight while an attempt holds the locks. A record not marked Succeeded
+// counts as an error when it ends: lock_acquire when its last lock attempt
+// failed, else prepare_devices / unprepare_devices; nothing when it never got
+// to the locks (the claim could not be read or does not match: upstream's
+// helper rejects those before its driver code, which holds the metrics).
+class ClaimPreparer::RequestRecord {
+ public:
+  RequestRecord(PluginMetrics* metrics, ClaimOperation operation)
+      : metrics_(metrics), operation_(operation), start_(std::chrono::steady_clock::now()) {}
+  ~RequestRecord() {
+    if (metrics_ == nullptr || succeeded_ || !tried_lock_) return;
+    if (lock_failed_) {
+      metrics_->CountError(operation_, kErrorLockAcquire);
+    } else {
+      metrics_->CountError(operation_, operation_ == ClaimOperation::kPrepare ? kErrorPrepareDevices
+                                                                             : kErrorUnprepareDevices);
+    }
+  }
+  RequestRecord(const RequestRecord&) = delete;
+  RequestRecord& operator=(const RequestRecord&) = delete;
+
+  // After an attempt to take the node locks; keep the result while they are held.
+  [[nodiscard]] std::optional<PluginMetrics::InFlight> Locked(bool ok) {
+    tried_lock_ = true;
+    lock_failed_ = !ok;
+    if (metrics_ == nullptr || !ok) return std::nullopt;
+    return metrics_->TrackInFlight(operation_);
+  }
+  void Succeeded() {
+    succeeded_ = true;
+    if (metrics_ != nullptr) metrics_->ObserveSuccess(operation_, std::chrono::steady_clock::now() - start_);
+  }
+
+ private:
+  PluginMetrics* const metrics_;
+  const ClaimOperation operation_;
+  const std::chrono::steady_clock::time_point start_;
+  bool tried_lock_ = false;
+  bool lock_failed_ = false;
+  bool succeeded_ = false;
+};
+
 std::vector<PreparedDevice> DevicesFromGroups(const ordered_json& groups) {
   std::vector<PreparedDevice> devices;
   if (!groups.is_array()) return devices;
@@ -100,7 +147,8 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOpti
   }
   std::unique_ptr<ClaimPreparer> preparer(new ClaimPreparer(std::move(options), client, backend));
   ASSIGN_OR_RETURN(NodeLocks locks, preparer->LockNode());
-  RETURN_IF_ERROR(LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id).status());
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id));
+  if (preparer->options_.metrics != nullptr) preparer->options_.metrics->SetPreparedDevices(checkpoint);
   return preparer;
 }
 
@@ -108,6 +156,12 @@ StatusOr<ClaimPreparer::NodeLocks> ClaimPreparer::LockNode() const {
   ASSIGN_OR_RETURN(FileLock prepare, FileLock::Acquire(LockPath(), options_.lock_timeout));
   ASSIGN_OR_RETURN(FileLock checkpoint, FileLock::Acquire(CheckpointLockPath(), options_.lock_timeout));
   return NodeLocks{std::move(prepare), std::move(checkpoint)};
+}
+
+Status ClaimPreparer::StoreCheckpoint(const Checkpoint& checkpoint) const {
+  RETURN_IF_ERROR(CheckpointStore(CheckpointPath()).Store(checkpoint));
+  if (options_.metrics != nullptr) options_.metrics->SetPreparedDevices(checkpoint);
+  return common::OkStatus();
 }
 
 StatusOr<Checkpoint> ClaimPreparer::ReadCheckpoint() const {
@@ -131,18 +185,34 @@ StatusOr<ordered_json> ClaimPreparer::FetchClaim(const std::string& ns, const st
 
 std::map<std::string, PrepareResult> ClaimPreparer::PrepareResourceClaims(const std::vector<ClaimRef>& claims) {
   std::map<std::string, PrepareResult> results;
-  for (const ClaimRef& ref : claims) results[ref.uid] = PrepareOne(ref);
+  if (claims.size() == 1) {
+    results[claims[0].uid] = PrepareOne(claims[0]);
+    return results;
+  }
+  // Concurrently: a claim waiting in AwaitRetry must not hold up the others
+  // (the locked parts still run one at a time).
+  std::vector<PrepareResult> outcomes(claims.size());
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(claims.size());
+    for (std::size_t i = 0; i < claims.size(); ++i) {
+      workers.emplace_back([this, &claims, &outcomes, i] { outcomes[i] = PrepareOne(claims[i]); });
+    }
+  }
+  for (std::size_t i = 0; i < claims.size(); ++i) results[claims[i].uid] = std::move(outcomes[i]);
   return results;
 }
 
 std::map<std::string, std::string> ClaimPreparer::UnprepareResourceClaims(const std::vector<ClaimRef>& claims) {
   std::map<std::string, std::string> results;
   for (const ClaimRef& ref : claims) {
-    Status status = UnprepareOne(ref.uid);
+    RequestRecord record(options_.metrics, ClaimOperation::kUnprepare);
+    Status status = UnprepareOne(ref.uid, record);
     if (!status.ok()) {
       LOG_ERROR("unprepare failed", {{"claim", ClaimString(ref)}, {"err", status}});
       results[ref.uid] = fmt::format("unprepare claim {}: {}", ClaimString(ref), status.message());
     } else {
+      record.Succeeded();
       LOG_INFO(2, "claim unprepared", {{"claim", ClaimString(ref)}});
       results[ref.uid] = "";
     }
@@ -170,81 +240,145 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
     return fail(common::FailedPreconditionError("the claim is not allocated"));
   }
 
+  const auto deadline = std::chrono::steady_clock::now() + options_.ready_wait;
+  RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
+  while (true) {
+    StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(ref, *claim, record);
+    if (devices.ok()) {
+      record.Succeeded();
+      return PrepareResult{.devices = std::move(*devices), .error = ""};
+    }
+    if (devices.status().code() != common::StatusCode::kUnavailable) return fail(devices.status());
+    // No lock is held here: other claims prepare and unprepare meanwhile.
+    LOG_INFO(3, "claim waits outside the node lock", {{"claim", ClaimString(ref)}, {"reason", devices.status()}});
+    if (!backend_.AwaitRetry(*claim, devices.status(), deadline)) return fail(devices.status());
+  }
+}
+
+StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRef& ref, const ordered_json& claim,
+                                                                   RequestRecord& record) {
   std::lock_guard<std::mutex> guard(mu_);
   StatusOr<NodeLocks> locks = LockNode();
-  if (!locks.ok()) return fail(locks.status());
+  const std::optional<PluginMetrics::InFlight> in_flight = record.Locked(locks.ok());
+  if (!locks.ok()) return locks.status();
   CheckpointStore store(CheckpointPath());
-  StatusOr<Checkpoint> checkpoint = store.Load();
-  if (!checkpoint.ok()) return fail(checkpoint.status());
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
 
-  if (auto it = checkpoint->claims.find(ref.uid); it != checkpoint->claims.end()) {
+  if (auto it = checkpoint.claims.find(ref.uid); it != checkpoint.claims.end()) {
     if (it->second.state == ClaimCheckpointState::kPrepareCompleted) {
       LOG_INFO(4, "claim already prepared", {{"claim", ClaimString(ref)}});
-      return PrepareResult{.devices = DevicesFromGroups(it->second.prepared_devices), .error = ""};
+      return DevicesFromGroups(it->second.prepared_devices);
+    }
+    // Compared as values (key order aside), as upstream's semantic DeepEqual.
+    if (it->second.state == ClaimCheckpointState::kPrepareAborted &&
+        nlohmann::json::parse(it->second.status.dump()) == nlohmann::json::parse(claim["status"].dump())) {
+      return common::FailedPreconditionError(
+          "stale prepare: this claim was unprepared while its preparation was pending (PrepareAborted at " +
+          it->second.aborted_at + "); it is not prepared again");
     }
   }
 
   // Overlap guard: a device may serve one completed claim at a time.
-  const std::set<std::string> wanted = RequestedNonAdminDevices(*claim, options_.driver_name);
-  for (const auto& [other_uid, entry] : checkpoint->claims) {
+  const std::set<std::string> wanted = RequestedNonAdminDevices(claim, options_.driver_name);
+  for (const auto& [other_uid, entry] : checkpoint.claims) {
     if (other_uid == ref.uid || entry.state != ClaimCheckpointState::kPrepareCompleted) continue;
     for (const PreparedDevice& device : DevicesFromGroups(entry.prepared_devices)) {
       if (wanted.contains(device.device_name)) {
-        return fail(common::FailedPreconditionError(fmt::format(
+        return common::FailedPreconditionError(fmt::format(
             "device {} is already prepared for claim {}/{} ({}); unprepare that claim first",
-            device.device_name, entry.ns, entry.name, other_uid)));
+            device.device_name, entry.ns, entry.name, other_uid));
       }
     }
   }
 
-  // A PrepareStarted leftover (crash or failed attempt): undo it first, so a
-  // half-made preparation never leaks.
-  if (auto it = checkpoint->claims.find(ref.uid); it != checkpoint->claims.end()) {
-    LOG_INFO(2, "rolling back an earlier partial preparation", {{"claim", ClaimString(ref)}});
-    if (Status s = backend_.UnprepareDevices(ref.uid, it->second); !s.ok()) return fail(s);
+  // A PrepareStarted leftover (crash or failed attempt): the backend undoes
+  // it first (or keeps it, when redoing is safe), so a half-made preparation
+  // never leaks. A PrepareAborted entry was undone when it was recorded.
+  if (auto it = checkpoint.claims.find(ref.uid);
+      it != checkpoint.claims.end() && it->second.state == ClaimCheckpointState::kPrepareStarted) {
+    LOG_INFO(2, "found an earlier partial preparation", {{"claim", ClaimString(ref)}});
+    RETURN_IF_ERROR(backend_.RollBackLeftover(ref.uid, it->second));
   }
 
   CheckpointedClaim started;
   started.state = ClaimCheckpointState::kPrepareStarted;
-  started.status = (*claim)["status"];
+  started.status = claim["status"];
   started.name = ref.name;
   started.ns = ref.ns;
-  checkpoint->claims[ref.uid] = started;
+  checkpoint.claims[ref.uid] = started;
   common::CrashPoint("prepare-before-started-checkpoint");
-  if (Status s = store.Store(*checkpoint); !s.ok()) return fail(s);
+  RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-started-checkpoint");
 
-  StatusOr<ordered_json> groups = backend_.PrepareDevices(*claim);
-  if (!groups.ok()) return fail(groups.status());
+  ASSIGN_OR_RETURN(ordered_json groups, backend_.PrepareDevices(claim));
   common::CrashPoint("prepare-after-devices");
 
-  CheckpointedClaim& completed = checkpoint->claims[ref.uid];
+  CheckpointedClaim& completed = checkpoint.claims[ref.uid];
   completed.state = ClaimCheckpointState::kPrepareCompleted;
-  completed.prepared_devices = *groups;
-  if (Status s = store.Store(*checkpoint); !s.ok()) return fail(s);
+  completed.prepared_devices = groups;
+  RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-completed-checkpoint");
   LOG_INFO(2, "claim prepared", {{"claim", ClaimString(ref)}});
-  return PrepareResult{.devices = DevicesFromGroups(*groups), .error = ""};
+  return DevicesFromGroups(groups);
 }
 
-Status ClaimPreparer::UnprepareOne(const std::string& uid) {
+Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record) {
   std::lock_guard<std::mutex> guard(mu_);
-  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
+  StatusOr<NodeLocks> locks = LockNode();
+  const std::optional<PluginMetrics::InFlight> in_flight = record.Locked(locks.ok());
+  if (!locks.ok()) return locks.status();
   CheckpointStore store(CheckpointPath());
   ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
   auto it = checkpoint.claims.find(uid);
   if (it == checkpoint.claims.end()) return common::OkStatus();  // never prepared here, or already undone
+  if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
   RETURN_IF_ERROR(backend_.UnprepareDevices(uid, it->second));
   common::CrashPoint("unprepare-after-devices");
-  checkpoint.claims.erase(it);
-  return store.Store(checkpoint);
+  if (options_.record_aborted && it->second.state == ClaimCheckpointState::kPrepareStarted) {
+    it->second.state = ClaimCheckpointState::kPrepareAborted;
+    it->second.prepared_devices = nullptr;
+    it->second.aborted_at = FormatGoTime(std::chrono::system_clock::now());
+  } else {
+    checkpoint.claims.erase(it);
+  }
+  return StoreCheckpoint(checkpoint);
+}
+
+StatusOr<int> ClaimPreparer::DropExpiredAborted() {
+  std::lock_guard<std::mutex> guard(mu_);
+  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
+  CheckpointStore store(CheckpointPath());
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
+  const auto now = std::chrono::system_clock::now();
+  int dropped = 0;
+  for (auto it = checkpoint.claims.begin(); it != checkpoint.claims.end();) {
+    if (it->second.state != ClaimCheckpointState::kPrepareAborted) {
+      ++it;
+      continue;
+    }
+    StatusOr<std::chrono::system_clock::time_point> at = ParseGoTime(it->second.aborted_at);
+    if (at.ok() && now - *at < options_.aborted_ttl) {
+      ++it;
+      continue;
+    }
+    LOG_INFO(2, "dropping an expired PrepareAborted entry",
+             {{"claim", fmt::format("{}/{} ({})", it->second.ns, it->second.name, it->first)}});
+    it = checkpoint.claims.erase(it);
+    ++dropped;
+  }
+  if (dropped > 0) RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
+  return dropped;
 }
 
 StatusOr<int> ClaimPreparer::Reconcile() {
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, ReadCheckpoint());
   int unprepared = 0;
+  if (options_.record_aborted) {
+    ASSIGN_OR_RETURN(unprepared, DropExpiredAborted());
+  }
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, ReadCheckpoint());
   for (const auto& [uid, entry] : checkpoint.claims) {
     if (entry.name.empty()) continue;  // old format without a name: nothing to ask the API server
+    if (entry.state == ClaimCheckpointState::kPrepareAborted) continue;  // expires by age
     StatusOr<ordered_json> claim = FetchClaim(entry.ns, entry.name);
     std::string reason;
     if (!claim.ok()) {
@@ -261,7 +395,8 @@ StatusOr<int> ClaimPreparer::Reconcile() {
     }
     LOG_INFO(0, "unpreparing a stale claim",
              {{"claim", fmt::format("{}/{} ({})", entry.ns, entry.name, uid)}, {"reason", reason}});
-    if (Status s = UnprepareOne(uid); !s.ok()) {
+    RequestRecord unrecorded(nullptr, ClaimOperation::kUnprepare);  // not a kubelet request
+    if (Status s = UnprepareOne(uid, unrecorded); !s.ok()) {
       LOG_ERROR("stale claim clean-up failed", {{"claim", uid}, {"err", s}});
       continue;
     }

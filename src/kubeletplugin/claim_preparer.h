@@ -23,6 +23,27 @@
 // next Prepare of the claim rolls back, or Reconcile removes once the claim
 // is gone.
 //
+// Waiting outside the locks (the compute-domain plugin's channel claims wait
+// for their domain's IMEX daemon on this node): a backend whose
+// PrepareDevices fails because something outside the node is not ready yet
+// returns kUnavailable. The preparer then releases pu.lock, cp.lock and its
+// mutex and calls the backend's AwaitRetry, which blocks until the awaited
+// state is there (the CD backend is woken by its informers' watch events, not
+// by a timer) or a deadline; on true the locked attempt runs again. So one
+// waiting claim never holds up another claim's Prepare or Unprepare, and an
+// Unprepare that arrives meanwhile is seen by the retried attempt (with
+// record_aborted it finds PrepareAborted and fails as stale). Claims of one
+// NodePrepareResources call are prepared concurrently for the same reason.
+// The alternative, failing at once and letting the kubelet retry, would tie
+// the latency to the kubelet's backoff instead of the watch event.
+//
+// PrepareAborted (option record_aborted, the CD plugin as upstream): an
+// Unprepare of a PrepareStarted entry keeps it as PrepareAborted (devices
+// cleared, abortedAt set) instead of removing it, and a later Prepare whose
+// claim status equals the recorded one fails permanently as stale (the
+// kubelet gave up on it; preparing now would leak the channel, upstream
+// #1162). Reconcile drops PrepareAborted entries older than aborted_ttl.
+//
 // Ownership: borrows the client and the backend, which must outlive it.
 // Thread-safety: thread-safe; one claim operation runs at a time on the node
 // (pu.lock across processes, a mutex within this one).
@@ -39,6 +60,7 @@
 #include "common/status.h"
 #include "kubeletplugin/checkpoint.h"
 #include "kubeletplugin/dra_service.h"
+#include "kubeletplugin/plugin_metrics.h"
 #include "kubeletplugin/node_lock.h"
 
 namespace nvdra::k8s {
@@ -47,7 +69,9 @@ class Client;
 
 namespace nvdra::kubeletplugin {
 
-// The driver-specific half. Called with pu.lock held, one call at a time.
+// The driver-specific half. Called with pu.lock held, one call at a time,
+// except AwaitRetry, which runs with no lock held and concurrently with the
+// others.
 class ClaimDeviceBackend {
  public:
   virtual ~ClaimDeviceBackend() = default;
@@ -63,6 +87,27 @@ class ClaimDeviceBackend {
   // be null and the claim's status says what was allocated). Missing pieces
   // (a CDI file already gone) are not errors.
   virtual common::Status UnprepareDevices(const std::string& claim_uid, const CheckpointedClaim& entry) = 0;
+
+  // A PrepareStarted leftover of the same claim (a crash, a failed or a
+  // not-ready attempt) before PrepareDevices runs again. The default undoes
+  // it (UnprepareDevices). A backend whose PrepareDevices simply redoes the
+  // same work may keep it, e.g. the CD plugin, whose rollback would remove the
+  // node label its DaemonSet pod depends on.
+  virtual common::Status RollBackLeftover(const std::string& claim_uid, const CheckpointedClaim& entry) {
+    return UnprepareDevices(claim_uid, entry);
+  }
+
+  // Called with no lock held after PrepareDevices failed with kUnavailable
+  // (`failure`). Blocks until what the claim waits for is there (return true:
+  // the preparer retries at once), or until `deadline` or shutdown (false:
+  // the preparer reports `failure`). The default waits for nothing: false.
+  virtual bool AwaitRetry(const nlohmann::ordered_json& claim, const common::Status& failure,
+                          std::chrono::steady_clock::time_point deadline) {
+    (void)claim;
+    (void)failure;
+    (void)deadline;
+    return false;
+  }
 };
 
 struct ClaimPreparerOptions {
@@ -70,6 +115,16 @@ struct ClaimPreparerOptions {
   std::filesystem::path plugin_dir;    // <plugins>/<driver>: checkpoint.json, pu.lock
   std::string boot_id;                 // this boot's id; a checkpoint of another boot is discarded
   std::chrono::milliseconds lock_timeout = std::chrono::seconds(10);
+  // PrepareAborted bookkeeping (see the file comment); the GPU plugin's Go
+  // twin does not know that state, so it stays off there.
+  bool record_aborted = false;
+  std::chrono::seconds aborted_ttl{90};  // upstream: 2 x its 45 s retry window
+  // How long one Prepare call may wait in AwaitRetry: below the kubelet's
+  // 45 s call timeout, so the kubelet gets the reason rather than a timeout.
+  std::chrono::milliseconds ready_wait = std::chrono::seconds(40);
+  // Optional: upstream's nvidia_dra_* metrics of the kubelet's requests and
+  // of the checkpoint's prepared devices. Must outlive the preparer.
+  PluginMetrics* metrics = nullptr;
 };
 
 // Devices of a checkpoint entry, as the kubelet wants them: every "device"
@@ -87,8 +142,10 @@ class ClaimPreparer final : public DraDriver {
   std::map<std::string, std::string> UnprepareResourceClaims(const std::vector<ClaimRef>& claims) override;
 
   // Unprepares checkpointed claims whose ResourceClaim is gone or has another
-  // UID. Entries whose claim cannot be read (API down) are kept. Returns how
-  // many were unprepared.
+  // UID. Entries whose claim cannot be read (API down) are kept. With
+  // record_aborted, PrepareAborted entries are not looked up but dropped once
+  // older than aborted_ttl (or without a readable abortedAt). Returns how many
+  // entries were unprepared or dropped.
   common::StatusOr<int> Reconcile();
 
   // Claim UIDs in the checkpoint, by state (tests, metrics).
@@ -97,8 +154,18 @@ class ClaimPreparer final : public DraDriver {
  private:
   ClaimPreparer(ClaimPreparerOptions options, k8s::Client& client, ClaimDeviceBackend& backend);
 
+  class RequestRecord;  // one kubelet request in the metrics
+
   PrepareResult PrepareOne(const ClaimRef& ref);
-  common::Status UnprepareOne(const std::string& uid);
+  // One attempt under the node locks: the recorded devices, or the backend's
+  // status (kUnavailable: the caller may wait and try again).
+  common::StatusOr<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
+                                                              const nlohmann::ordered_json& claim,
+                                                              RequestRecord& record);
+  common::StatusOr<int> DropExpiredAborted();
+  common::Status UnprepareOne(const std::string& uid, RequestRecord& record);
+  // Writes the checkpoint, then recomputes the prepared-devices metric from it.
+  common::Status StoreCheckpoint(const Checkpoint& checkpoint) const;
   common::StatusOr<nlohmann::ordered_json> FetchClaim(const std::string& ns, const std::string& name) const;
 
   std::filesystem::path CheckpointPath() const { return options_.plugin_dir / "checkpoint.json"; }

@@ -1,0 +1,284 @@
+#include "computedomain/device_state.h"
+
+#include <charconv>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "api/opaque_config.h"
+#include "common/crash_point.h"
+#include "common/log.h"
+#include "k8s/api_error.h"
+
+namespace nvdra::computedomain {
+
+namespace fs = std::filesystem;
+using common::Status;
+using common::StatusOr;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::string_view kChannelType = "channel";
+constexpr std::string_view kDaemonType = "daemon";
+
+std::string StringAt(const json& object, const char* key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// "channel-7" -> 7 (type "channel"); nullopt for anything else.
+std::optional<int> IdOf(std::string_view device, std::string_view type) {
+  const std::string prefix = fmt::format("{}-", type);
+  if (!device.starts_with(prefix)) return std::nullopt;
+  const std::string_view digits = device.substr(prefix.size());
+  int id = -1;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), id);
+  if (ec != std::errc() || end != digits.data() + digits.size() || id < 0) return std::nullopt;
+  return id;
+}
+
+ordered_json CheckpointedDevice(const json& result, const std::vector<std::string>& cdi_ids) {
+  ordered_json device = ordered_json::object();
+  device["Requests"] = ordered_json::array({StringAt(result, "request")});
+  device["PoolName"] = StringAt(result, "pool");
+  device["DeviceName"] = StringAt(result, "device");
+  device["CDIDeviceIDs"] = cdi_ids;
+  return device;
+}
+
+// The claim's allocation resolved to configs (decode errors included).
+StatusOr<std::vector<api::ConfiguredResults>> ResolveConfigs(const ordered_json& status, bool host_managed) {
+  const json allocation_devices = json::parse(status["allocation"]["devices"].dump());
+  auto kind_of_device = [host_managed](const std::string& name) -> StatusOr<api::ConfigKind> {
+    if (std::optional<int> id = IdOf(name, kChannelType); id && *id < kMaxImexChannels) {
+      return api::ConfigKind::kComputeDomainChannelConfig;
+    }
+    if (!host_managed && name == "daemon-0") return api::ConfigKind::kComputeDomainDaemonConfig;
+    return common::NotFoundError(fmt::format("device {} is not a device of this node", name));
+  };
+  // Upstream's defaults: the daemon config, then the channel config.
+  return api::ResolveDeviceConfigs(
+      allocation_devices, kDriverName,
+      {api::ConfigKind::kComputeDomainDaemonConfig, api::ConfigKind::kComputeDomainChannelConfig}, kind_of_device);
+}
+
+std::string DomainString(const k8s::ComputeDomain& cd) {
+  return fmt::format("{}/{} ({})", cd.namespace_name(), cd.name(), cd.uid());
+}
+
+}  // namespace
+
+CdDeviceState::CdDeviceState(CdDeviceStateOptions options, std::string clique_id, k8s::Client& client,
+                             DomainWatch& watch, const CdCdi& cdi)
+    : options_(std::move(options)), client_(client), watch_(watch), cdi_(cdi), clique_id_(std::move(clique_id)) {}
+
+std::string CdDeviceState::clique_id() const {
+  std::lock_guard<std::mutex> lock(clique_mu_);
+  return clique_id_;
+}
+
+void CdDeviceState::set_clique_id(std::string clique_id) {
+  std::lock_guard<std::mutex> lock(clique_mu_);
+  clique_id_ = std::move(clique_id);
+}
+
+std::vector<std::string> CdDeviceState::PublishedDeviceNames() const {
+  std::vector<std::string> names = {"channel-0"};
+  if (!options_.host_managed) names.emplace_back("daemon-0");
+  return names;
+}
+
+StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) {
+  const std::string uid = claim["metadata"].value("uid", "");
+  const std::string claim_ns = claim["metadata"].value("namespace", "");
+  ASSIGN_OR_RETURN(std::vector<api::ConfiguredResults> groups, ResolveConfigs(claim["status"], options_.host_managed));
+  const std::string clique = clique_id();
+
+  ordered_json checkpoint_groups = ordered_json::array();
+  std::vector<CdClaimDevice> spec_devices;
+  for (const api::ConfiguredResults& group : groups) {
+    RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source));
+    const std::string domain_id = StringAt(group.config.object, "domainID");
+    const bool is_channel = group.config.kind == api::ConfigKind::kComputeDomainChannelConfig;
+    if (group.results.size() != 1) {
+      return common::InvalidArgumentError(
+          fmt::format("{}: expected one {} device, got {}", group.source, is_channel ? kChannelType : kDaemonType,
+                      group.results.size()));
+    }
+    const json& result = group.results.front();
+    const std::string device_name = StringAt(result, "device");
+    std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(domain_id);
+    if (!cd) {
+      return common::UnavailableError(fmt::format("ComputeDomain with UID {} is not known (yet)", domain_id));
+    }
+
+    kubeletplugin::CdiContainerEdits edits;
+    std::vector<std::string> cdi_ids;
+    ordered_json entry = ordered_json::object();
+    if (is_channel) {
+      const int channel_id = options_.host_managed ? IdOf(device_name, kChannelType).value_or(0) : 0;
+      if (claim_ns != cd->namespace_name()) {
+        return common::FailedPreconditionError(fmt::format(
+            "namespace isolation: the claim is in namespace {} but ComputeDomain {} is in namespace {}; an IMEX "
+            "channel is only given to claims in its ComputeDomain's namespace",
+            claim_ns, DomainString(*cd), cd->namespace_name()));
+      }
+      if (!options_.host_managed) {
+        RETURN_IF_ERROR(AddNodeLabel(domain_id));
+        common::CrashPoint("prepare-after-node-label");
+        if (!watch_.NodeReady(*cd, clique)) {
+          return common::UnavailableError(fmt::format("the IMEX daemon of ComputeDomain {} on node {} is not Ready yet",
+                                                      DomainString(*cd), options_.node_name));
+        }
+      }
+      if (!clique.empty()) {
+        if (options_.host_managed) {
+          return common::UnimplementedError(
+              "hostManaged IMEX: the host daemon's readiness check (nvidia-imex-ctl -q) is not supported by this "
+              "driver version yet");
+        }
+        std::vector<int> ids;
+        if (StringAt(group.config.object, "allocationMode") == "All") {
+          for (int i = 0; i < kMaxImexChannels; ++i) ids.push_back(i);
+        } else {
+          ids.push_back(channel_id);
+        }
+        ASSIGN_OR_RETURN(edits, cdi_.ChannelEdits(ids));
+        cdi_ids.push_back(CdCdi::ClaimDeviceId(uid, device_name));
+      }
+      ordered_json channel = ordered_json::object();
+      channel["info"] = ordered_json{{"id", channel_id}};
+      channel["device"] = CheckpointedDevice(result, cdi_ids);
+      entry["channel"] = std::move(channel);
+      entry["daemon"] = nullptr;
+    } else {
+      if (options_.host_managed) {
+        return common::FailedPreconditionError(
+            "ComputeDomain daemon claims are not supported with --imex-mode=hostManaged");
+      }
+      const fs::path dir = options_.domains_dir / domain_id;
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) return common::InternalError(fmt::format("create {}: {}", dir.string(), ec.message()));
+      fs::copy_file(options_.daemon_config_template, dir / "imexd.cfg.tmpl", fs::copy_options::overwrite_existing, ec);
+      if (ec) {
+        return common::InternalError(fmt::format("copy the IMEX config template {} to {}: {}",
+                                                 options_.daemon_config_template.string(), dir.string(), ec.message()));
+      }
+      edits.env = {"CLIQUE_ID=" + clique, "COMPUTE_DOMAIN_UUID=" + cd->uid(), "COMPUTE_DOMAIN_NAME=" + cd->name(),
+                   "COMPUTE_DOMAIN_NAMESPACE=" + cd->namespace_name()};
+      edits.mounts.push_back({dir.string(), "/imexd", "", {"rw", "nosuid", "nodev", "bind"}});
+      if (!clique.empty()) {
+        ASSIGN_OR_RETURN(kubeletplugin::CdiContainerEdits cap, cdi_.ImexManagementEdits());
+        edits.Append(cap);
+      }
+      cdi_ids = {BaseSpecDeviceId(), CdCdi::ClaimDeviceId(uid, device_name)};
+      ordered_json daemon = ordered_json::object();
+      daemon["info"] = ordered_json{{"id", IdOf(device_name, kDaemonType).value_or(0)}};
+      daemon["device"] = CheckpointedDevice(result, cdi_ids);
+      entry["channel"] = nullptr;
+      entry["daemon"] = std::move(daemon);
+    }
+    spec_devices.push_back(CdClaimDevice{device_name, std::move(edits)});
+    ordered_json checkpoint_group = ordered_json::object();
+    checkpoint_group["devices"] = ordered_json::array({std::move(entry)});
+    ordered_json config_state = ordered_json::object();
+    config_state["Type"] = is_channel ? kChannelType : kDaemonType;
+    config_state["ComputeDomain"] = domain_id;
+    checkpoint_group["configState"] = std::move(config_state);
+    checkpoint_groups.push_back(std::move(checkpoint_group));
+  }
+  common::CrashPoint("prepare-before-cdi-write");
+  RETURN_IF_ERROR(cdi_.WriteClaimSpec(uid, spec_devices));
+  common::CrashPoint("prepare-after-cdi-write");
+  return checkpoint_groups;
+}
+
+Status CdDeviceState::UnprepareDevices(const std::string& claim_uid, const kubeletplugin::CheckpointedClaim& entry) {
+  auto allocation = entry.status.is_object() ? entry.status.find("allocation") : entry.status.end();
+  if (allocation != entry.status.end() && allocation->is_object()) {
+    StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(entry.status, options_.host_managed);
+    if (!groups.ok()) {
+      // Prepare failed at this same step, before doing anything.
+      LOG_INFO(2, "claim configs do not resolve; nothing but the CDI spec to undo",
+               {{"claim", claim_uid}, {"err", groups.status()}});
+    } else if (!options_.host_managed) {
+      for (const api::ConfiguredResults& group : *groups) {
+        if (group.config.kind != api::ConfigKind::kComputeDomainChannelConfig) continue;
+        const std::string domain_id = StringAt(group.config.object, "domainID");
+        if (!domain_id.empty()) RETURN_IF_ERROR(RemoveNodeLabel(domain_id));
+      }
+    }
+  }
+  return cdi_.RemoveClaimSpec(claim_uid);
+}
+
+bool CdDeviceState::AwaitRetry(const ordered_json& claim, const Status& failure,
+                               std::chrono::steady_clock::time_point deadline) {
+  if (failure.code() != common::StatusCode::kUnavailable) return false;
+  StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(claim["status"], options_.host_managed);
+  if (!groups.ok()) return false;
+  std::vector<std::string> domains;
+  std::vector<bool> needs_ready;
+  for (const api::ConfiguredResults& group : *groups) {
+    domains.push_back(StringAt(group.config.object, "domainID"));
+    needs_ready.push_back(!options_.host_managed &&
+                          group.config.kind == api::ConfigKind::kComputeDomainChannelConfig);
+  }
+  const std::string clique = clique_id();
+  return watch_.WaitFor(
+      [&] {
+        for (std::size_t i = 0; i < domains.size(); ++i) {
+          std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(domains[i]);
+          if (!cd) return false;
+          if (needs_ready[i] && !watch_.NodeReady(*cd, clique)) return false;
+        }
+        return true;
+      },
+      deadline);
+}
+
+Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
+  for (int attempt = 0;; ++attempt) {
+    auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
+    if (!node.ok()) return node.status();
+    k8s::Object view(*node);
+    const std::string current = view.label(kComputeDomainNodeLabel);
+    if (current == cd_uid) return common::OkStatus();
+    if (!current.empty()) {
+      return common::FailedPreconditionError(fmt::format(
+          "node {} already runs ComputeDomain {} (label {}); one ComputeDomain per node", options_.node_name,
+          current, kComputeDomainNodeLabel));
+    }
+    view.SetLabel(kComputeDomainNodeLabel, cd_uid);
+    auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
+    if (updated.ok()) {
+      LOG_INFO(2, "node labelled for a ComputeDomain", {{"node", options_.node_name}, {"domain", cd_uid}});
+      return common::OkStatus();
+    }
+    if (!k8s::IsConflict(updated.status()) || attempt >= 5) return updated.status();
+  }
+}
+
+Status CdDeviceState::RemoveNodeLabel(const std::string& cd_uid) {
+  for (int attempt = 0;; ++attempt) {
+    auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
+    if (!node.ok()) return node.status();
+    k8s::Object view(*node);
+    if (view.label(kComputeDomainNodeLabel) != cd_uid) return common::OkStatus();
+    view.RemoveLabel(kComputeDomainNodeLabel);
+    auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
+    if (updated.ok()) {
+      LOG_INFO(2, "ComputeDomain node label removed", {{"node", options_.node_name}, {"domain", cd_uid}});
+      return common::OkStatus();
+    }
+    if (!k8s::IsConflict(updated.status()) || attempt >= 5) return updated.status();
+  }
+}
+
+}  // namespace nvdra::computedomain

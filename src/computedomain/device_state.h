@@ -1,0 +1,104 @@
+#pragma once
+
+// The compute-domain plugin's half of claim preparation
+// (kubeletplugin::ClaimDeviceBackend), upstream-inventory.md section 4.5:
+//
+//  channel claim (driverManaged): the ComputeDomain (by the config's
+//    domainID) must be in the claim's namespace, else a permanent
+//    kFailedPrecondition ("namespace isolation"); the node gets the label
+//    resource.nvidia.com/computeDomain=<cdUID> (another domain's label there
+//    fails); this node's daemon must be Ready in the domain (DomainWatch),
+//    else kUnavailable, on which the ClaimPreparer waits outside its locks in
+//    AwaitRetry until a watch event makes it Ready; then the channel char
+//    devices are injected (channel 0, or all 2048 with allocationMode All).
+//    A node without a clique id injects nothing.
+//  channel claim (hostManaged): the namespace check; no label; no injection
+//    without a clique id; with one, the host daemon's readiness check
+//    (nvidia-imex-ctl -q) is not implemented yet: kUnimplemented.
+//  daemon claim (driverManaged only): domains/<cdUID>/ with imexd.cfg.tmpl
+//    copied from the template, env CLIQUE_ID, COMPUTE_DOMAIN_UUID,
+//    COMPUTE_DOMAIN_NAME, COMPUTE_DOMAIN_NAMESPACE, the /imexd bind mount,
+//    and with a clique id the fabric-imex-mgmt capability device; the CDI ids
+//    are the base spec's "all" device and the claim device.
+//  Unprepare: a channel claim's node label is removed if it still names the
+//    claim's domain; the claim spec is removed; daemon folders stay (upstream
+//    reclaims them with a periodic sweep, not done here yet).
+// A ComputeDomain not (yet) in the informer cache is kUnavailable as well
+// (upstream fails at once): a claim racing its domain's creation waits for it.
+//
+// Checkpoint groups in upstream's shape:
+//   [{"devices": [{"channel": {"info": {"id": 0}, "device": {...}}, "daemon": null}],
+//     "configState": {"Type": "channel", "ComputeDomain": "<cdUID>"}}]
+//
+// Ownership: borrows the client, the watch and the CDI writer, which must
+// outlive it. Thread-safety: PrepareDevices/UnprepareDevices are called one at
+// a time (the ClaimPreparer's lock); AwaitRetry, set_clique_id and clique_id
+// are thread-safe.
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "computedomain/cdi.h"
+#include "computedomain/domain_watch.h"
+#include "k8s/client.h"
+#include "kubeletplugin/claim_preparer.h"
+
+namespace nvdra::computedomain {
+
+inline constexpr std::string_view kDriverName = "compute-domain.nvidia.com";
+inline constexpr std::string_view kComputeDomainNodeLabel = "resource.nvidia.com/computeDomain";
+inline constexpr int kMaxImexChannels = 2048;  // upstream's hard-coded count
+
+struct CdDeviceStateOptions {
+  std::string node_name;
+  bool host_managed = false;  // --imex-mode=hostManaged
+  // <plugins>/compute-domain.nvidia.com/domains: one folder per domain.
+  std::filesystem::path domains_dir;
+  // The nvidia-imex config template copied to imexd.cfg.tmpl.
+  std::filesystem::path daemon_config_template = "/templates/compute-domain-daemon-config.tmpl.cfg";
+};
+
+class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
+ public:
+  CdDeviceState(CdDeviceStateOptions options, std::string clique_id, k8s::Client& client, DomainWatch& watch,
+                const CdCdi& cdi);
+
+  common::StatusOr<nlohmann::ordered_json> PrepareDevices(const nlohmann::ordered_json& claim) override;
+  common::Status UnprepareDevices(const std::string& claim_uid,
+                                  const kubeletplugin::CheckpointedClaim& entry) override;
+  // Redoing a channel claim's steps is harmless, and undoing them would drop
+  // the node label its domain's daemon pod is scheduled by.
+  common::Status RollBackLeftover(const std::string&, const kubeletplugin::CheckpointedClaim&) override {
+    return common::OkStatus();
+  }
+  // Waits (no timer: DomainWatch's event-driven wait) until every domain the
+  // claim's channel configs name is known and has this node Ready.
+  bool AwaitRetry(const nlohmann::ordered_json& claim, const common::Status& failure,
+                  std::chrono::steady_clock::time_point deadline) override;
+
+  std::string clique_id() const;
+  void set_clique_id(std::string clique_id);
+
+  // Names of the devices this node publishes: channel-0 and, unless
+  // hostManaged, daemon-0.
+  std::vector<std::string> PublishedDeviceNames() const;
+
+ private:
+  common::Status AddNodeLabel(const std::string& cd_uid);
+  common::Status RemoveNodeLabel(const std::string& cd_uid);
+
+  const CdDeviceStateOptions options_;
+  k8s::Client& client_;
+  DomainWatch& watch_;
+  const CdCdi& cdi_;
+  mutable std::mutex clique_mu_;  // guards clique_id_
+  std::string clique_id_;
+};
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,125 @@
+#include "computedomain/domain_watch.h"
+
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "k8s/rest_list_watch.h"
+
+namespace nvdra::computedomain {
+
+using common::StatusOr;
+
+namespace {
+
+constexpr char kUidIndex[] = "uid";
+constexpr char kReady[] = "Ready";
+
+std::vector<k8s::cache::Indexer> IndexersWithUid() {
+  std::vector<k8s::cache::Indexer> indexers = k8s::cache::DefaultIndexers();
+  indexers.push_back({kUidIndex, [](const nlohmann::json& object) -> std::vector<std::string> {
+                        auto metadata = object.find("metadata");
+                        if (metadata == object.end() || !metadata->is_object()) return {};
+                        auto uid = metadata->find("uid");
+                        if (uid == metadata->end() || !uid->is_string()) return {};
+                        return {uid->get<std::string>()};
+                      }});
+  return indexers;
+}
+
+}  // namespace
+
+DomainWatch::DomainWatch(DomainWatchOptions options) : options_(std::move(options)) {}
+
+DomainWatch::~DomainWatch() {
+  Cancel();
+  if (cliques_) cliques_->Stop();
+  if (domains_) domains_->Stop();
+}
+
+StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, DomainWatchOptions options) {
+  std::unique_ptr<DomainWatch> watch(new DomainWatch(std::move(options)));
+  DomainWatch* self = watch.get();
+  const k8s::cache::EventHandler notify{
+      .on_add = [self](const k8s::cache::ObjectPtr&) { self->Notify(); },
+      .on_update = [self](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr&) { self->Notify(); },
+      .on_delete = [self](const k8s::cache::ObjectPtr&) { self->Notify(); },
+  };
+
+  k8s::cache::InformerOptions domain_options;
+  domain_options.description = "resource.nvidia.com/v1beta1/computedomains";
+  domain_options.indexers = IndexersWithUid();
+  watch->domains_ = std::make_unique<k8s::cache::Informer>(
+      std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""), domain_options);
+  watch->domains_->AddEventHandler(notify);
+  watch->domains_->Start();
+
+  if (watch->options_.cliques_enabled) {
+    k8s::cache::InformerOptions clique_options;
+    clique_options.description = "resource.nvidia.com/v1beta1/computedomaincliques";
+    watch->cliques_ = std::make_unique<k8s::cache::Informer>(
+        std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
+                                             watch->options_.driver_namespace),
+        clique_options);
+    watch->cliques_->AddEventHandler(notify);
+    watch->cliques_->Start();
+  }
+
+  const auto deadline = k8s::workqueue::RealClock().Now() + watch->options_.sync_timeout;
+  if (!watch->domains_->WaitForSyncUntil(deadline) ||
+      (watch->cliques_ && !watch->cliques_->WaitForSyncUntil(deadline))) {
+    return common::DeadlineExceededError(
+        fmt::format("ComputeDomain{} informers did not sync within {} s (are the CRDs installed?)",
+                    watch->cliques_ ? " and ComputeDomainClique" : "", watch->options_.sync_timeout.count()));
+  }
+  return watch;
+}
+
+void DomainWatch::Notify() {
+  // Taking the mutex orders the notification after a waiter's check, so a
+  // change between its check and its wait is not lost.
+  { std::lock_guard<std::mutex> lock(mu_); }
+  changed_.notify_all();
+}
+
+void DomainWatch::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  changed_.notify_all();
+}
+
+std::optional<k8s::ComputeDomain> DomainWatch::FindByUid(const std::string& uid) const {
+  auto found = domains_->store().ByIndex(kUidIndex, uid);
+  if (!found.ok() || found->empty()) return std::nullopt;
+  return k8s::ComputeDomain(*found->front());
+}
+
+bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const {
+  if (cliques_ && !clique_id.empty()) {
+    const std::string key = fmt::format("{}/{}.{}", options_.driver_namespace, cd.uid(), clique_id);
+    if (k8s::cache::ObjectPtr object = cliques_->store().Get(key)) {
+      for (const k8s::CliqueDaemon& daemon : k8s::ComputeDomainClique(*object).daemons()) {
+        if (daemon.node_name() == options_.node_name && daemon.status() == kReady) return true;
+      }
+    }
+  }
+  for (const k8s::ComputeDomainNode& node : cd.nodes()) {
+    if (node.name() == options_.node_name) return node.status() == kReady;
+  }
+  return false;
+}
+
+bool DomainWatch::WaitFor(const std::function<bool()>& condition, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (condition()) return true;
+    if (cancelled_) return false;
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return condition();
+  }
+}
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,79 @@
+#pragma once
+
+// What the compute-domain kubelet plugin knows about ComputeDomains and their
+// ComputeDomainCliques: two informers (ComputeDomains cluster-wide, indexed by
+// UID; ComputeDomainCliques in the driver namespace when the gate
+// ComputeDomainCliques is on) and the readiness of this node's IMEX daemon in
+// a domain, read from their caches.
+//
+// Readiness, as upstream's isCurrentNodeReady: the clique
+// "<cdUID>.<cliqueID>" has a daemons[] entry for this node with status
+// Ready, or (fallback, and the only source with the gate off) the
+// ComputeDomain's status.nodes[] entry for this node says Ready.
+//
+// Waiting: WaitFor blocks on a condition variable that every informer event
+// notifies, so a waiter wakes when the watch delivers the change, not on a
+// timer. Cancel() ends every wait (shutdown).
+//
+// Ownership: owns the informers and their threads; borrows the client, which
+// must outlive it. Thread-safety: thread-safe.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "k8s/cache/informer.h"
+#include "k8s/client.h"
+#include "k8s/objects/compute_domain.h"
+
+namespace nvdra::computedomain {
+
+struct DomainWatchOptions {
+  std::string node_name;
+  std::string driver_namespace;  // where the cliques live (--namespace)
+  bool cliques_enabled = true;   // gate ComputeDomainCliques
+  std::chrono::seconds sync_timeout{60};
+};
+
+class DomainWatch {
+ public:
+  // Starts the informers and waits for their first lists. kDeadlineExceeded
+  // when they do not sync within sync_timeout (CRDs missing, no access).
+  static common::StatusOr<std::unique_ptr<DomainWatch>> Start(k8s::Client& client, DomainWatchOptions options);
+  ~DomainWatch();
+  DomainWatch(const DomainWatch&) = delete;
+  DomainWatch& operator=(const DomainWatch&) = delete;
+
+  // The cached ComputeDomain with this UID; nullopt when unknown.
+  std::optional<k8s::ComputeDomain> FindByUid(const std::string& uid) const;
+
+  // Whether this node's daemon is Ready in domain `cd` (see the file comment).
+  bool NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
+
+  // Blocks until `condition()` is true (checked now and after every informer
+  // event), `deadline`, or Cancel(). Returns the last value of condition().
+  // `condition` runs with an internal mutex held and must only read caches.
+  bool WaitFor(const std::function<bool()>& condition, std::chrono::steady_clock::time_point deadline);
+
+  // Ends every current and future WaitFor. Idempotent.
+  void Cancel();
+
+ private:
+  explicit DomainWatch(DomainWatchOptions options);
+  void Notify();
+
+  const DomainWatchOptions options_;
+  std::mutex mu_;  // guards cancelled_; pairs with changed_
+  std::condition_variable changed_;
+  bool cancelled_ = false;
+  // Last: they stop (joining their threads) before the members above go.
+  std::unique_ptr<k8s::cache::Informer> domains_;
+  std::unique_ptr<k8s::cache::Informer> cliques_;
+};
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,238 @@
+#include "computedomain/plugin.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "computedomain/cdi.h"
+#include "computedomain/device_state.h"
+#include "computedomain/domain_watch.h"
+#include "gpu/discovery.h"
+#include "gpu/plugin.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "kubeletplugin/boot_id.h"
+#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_server.h"
+#include "kubeletplugin/resource_slice_publisher.h"
+#include "nvml/fabric.h"
+#include "nvml/library.h"
+
+namespace nvdra::computedomain {
+
+using common::Status;
+using common::StatusOr;
+
+// Declared in destruction order's reverse: the server goes before the
+// preparer and the state it calls.
+struct ComputeDomainKubeletPlugin::Parts {
+  std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<nvml::Library> nvml;
+  nvml::CliqueOptions clique_options;
+  std::unique_ptr<CdCdi> cdi;
+  std::unique_ptr<DomainWatch> watch;
+  std::unique_ptr<CdDeviceState> device_state;
+  std::unique_ptr<kubeletplugin::ResourceSlicePublisher> publisher;
+  std::unique_ptr<kubeletplugin::ClaimPreparer> preparer;
+  std::unique_ptr<kubeletplugin::PluginServer> server;
+  PluginEnvironment environment;
+  std::string node_name;
+  bool clique_label = false;
+};
+
+PluginEnvironment PluginEnvironmentFromEnv() {
+  PluginEnvironment environment;
+  if (const char* path = std::getenv("NVDRA_BOOT_ID_FILE"); path != nullptr && *path != '\0') {
+    environment.boot_id_file = path;
+  }
+  if (const char* path = std::getenv("NVDRA_CD_DAEMON_CONFIG_TEMPLATE"); path != nullptr && *path != '\0') {
+    environment.daemon_config_template = path;
+  }
+  if (const char* ms = std::getenv("NVDRA_PREPARE_READY_WAIT_MS"); ms != nullptr && *ms != '\0') {
+    environment.ready_wait = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
+  }
+  environment.proc = gpu::ProcPathsFromEnvironment();
+  return environment;
+}
+
+namespace {
+
+// Minimum driver for ComputeDomains with IMEX DNS names (upstream).
+constexpr std::string_view kMinDriverForDnsNames = "570.158.01";
+
+std::vector<long> VersionParts(std::string_view version) {
+  std::vector<long> parts;
+  std::stringstream in{std::string(version)};
+  std::string item;
+  while (std::getline(in, item, '.')) parts.push_back(std::strtol(item.c_str(), nullptr, 10));
+  return parts;
+}
+
+nlohmann::json PublishedDevice(const std::string& name) {
+  const auto dash = name.rfind('-');
+  const std::string type = name.substr(0, dash);
+  const std::int64_t id = std::strtoll(name.c_str() + dash + 1, nullptr, 10);
+  return {{"name", name}, {"attributes", {{"type", {{"string", type}}}, {"id", {{"int", id}}}}}};
+}
+
+Status PatchCliqueLabel(k8s::Client& client, const std::string& node, const std::string& clique_id) {
+  nlohmann::json patch = {{"metadata", {{"labels", {{std::string(kGpuCliqueNodeLabel), nullptr}}}}}};
+  if (!clique_id.empty()) patch["metadata"]["labels"][std::string(kGpuCliqueNodeLabel)] = clique_id;
+  return client.Patch(k8s::resources::kNodes, "", node, k8s::PatchType::kMerge, patch).status();
+}
+
+}  // namespace
+
+ComputeDomainKubeletPlugin::ComputeDomainKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+ComputeDomainKubeletPlugin::~ComputeDomainKubeletPlugin() {
+  if (!parts_) return;
+  if (parts_->watch) parts_->watch->Cancel();  // waiting Prepare calls answer now
+  parts_->server.reset();
+  parts_->preparer.reset();
+  parts_->publisher.reset();
+  parts_->device_state.reset();
+  parts_->watch.reset();
+  if (parts_->clique_label) {
+    if (Status s = PatchCliqueLabel(*parts_->client, parts_->node_name, ""); !s.ok()) {
+      LOG_ERROR("cannot remove the node's clique label", {{"label", kGpuCliqueNodeLabel}, {"err", s}});
+    }
+  }
+}
+
+StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin::Start(
+    const PluginConfig& config, const common::FeatureGates& gates, const PluginEnvironment& environment) {
+  auto parts = std::make_unique<Parts>();
+  parts->environment = environment;
+  parts->node_name = config.plugin.node_name;
+  const std::string driver(kDriverName);
+
+  k8s::ConfigSources sources = k8s::ConfigSourcesFromEnvironment(config.kube_client);
+  ASSIGN_OR_RETURN(k8s::RestConfig rest, k8s::LoadConfig(sources));
+  rest.user_agent = "compute-domain-kubelet-plugin";
+  ASSIGN_OR_RETURN(parts->client, k8s::Client::New(rest));
+
+  ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root,
+                                                     .library_path = std::nullopt}));
+  gpu::DiscoveryOptions discovery;
+  discovery.sysfs_root = environment.sysfs_root;
+  ASSIGN_OR_RETURN(gpu::NodeInventory inventory, gpu::DiscoverDevices(*parts->nvml, discovery));
+  if (!config.imex.host_managed() && gates.Enabled("IMEXDaemonsWithDNSNames") &&
+      VersionParts(inventory.driver_version) < VersionParts(kMinDriverForDnsNames)) {
+    return common::FailedPreconditionError(
+        fmt::format("NVIDIA driver {} is older than {}, the minimum for ComputeDomains with IMEXDaemonsWithDNSNames",
+                    inventory.driver_version, kMinDriverForDnsNames));
+  }
+  parts->clique_options.strict = gates.Enabled("CrashOnNVLinkFabricErrors");
+  ASSIGN_OR_RETURN(std::string clique_id, nvml::NodeCliqueId(*parts->nvml, parts->clique_options));
+  LOG_INFO(0, "node discovered",
+           {{"gpus", inventory.gpus.size()}, {"cliqueID", clique_id}, {"driverVersion", inventory.driver_version}});
+
+  const std::filesystem::path plugin_dir =
+      std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
+  CdCdiOptions cdi_options;
+  cdi_options.cdi_root = config.plugin.cdi_root;
+  cdi_options.roots.host_driver_root = config.plugin.nvidia_driver_root;
+  cdi_options.roots.container_driver_root = config.plugin.container_driver_root;
+  cdi_options.driver_version = inventory.driver_version;
+  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? gpu::InstallCdiHook(plugin_dir)
+                                                                     : config.plugin.nvidia_cdi_hook_path;
+  for (const gpu::GpuInfo& gpu : inventory.gpus) cdi_options.gpu_minors.push_back(gpu.minor);
+  cdi_options.proc = environment.proc;
+  parts->cdi = std::make_unique<CdCdi>(std::move(cdi_options));
+  RETURN_IF_ERROR(parts->cdi->WriteBaseSpec());
+
+  ASSIGN_OR_RETURN(parts->watch, DomainWatch::Start(*parts->client,
+                                                    {.node_name = config.plugin.node_name,
+                                                     .driver_namespace = config.plugin.driver_namespace,
+                                                     .cliques_enabled = gates.Enabled("ComputeDomainCliques")}));
+  parts->device_state = std::make_unique<CdDeviceState>(
+      CdDeviceStateOptions{.node_name = config.plugin.node_name,
+                           .host_managed = config.imex.host_managed(),
+                           .domains_dir = plugin_dir / "domains",
+                           .daemon_config_template = environment.daemon_config_template},
+      clique_id, *parts->client, *parts->watch, *parts->cdi);
+
+  ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
+  ASSIGN_OR_RETURN(parts->preparer, kubeletplugin::ClaimPreparer::Create(
+                                        {.driver_name = driver,
+                                         .plugin_dir = plugin_dir,
+                                         .boot_id = boot_id,
+                                         .record_aborted = true,
+                                         .ready_wait = environment.ready_wait},
+                                        *parts->client, *parts->device_state));
+
+  kubeletplugin::DesiredSlice slice;
+  for (const std::string& name : parts->device_state->PublishedDeviceNames()) {
+    slice.devices.push_back(PublishedDevice(name));
+  }
+  kubeletplugin::DriverResources resources;
+  resources.pools[config.plugin.node_name].slices.push_back(std::move(slice));
+  kubeletplugin::PublisherOptions publisher_options;
+  publisher_options.driver_name = driver;
+  publisher_options.node_name = config.plugin.node_name;
+  ASSIGN_OR_RETURN(parts->publisher, kubeletplugin::ResourceSlicePublisher::Start(*parts->client, publisher_options));
+  parts->publisher->Update(std::move(resources));
+
+  if (config.gpu_clique_label_enabled && !clique_id.empty()) {
+    RETURN_IF_ERROR(PatchCliqueLabel(*parts->client, config.plugin.node_name, clique_id));
+    parts->clique_label = true;
+  }
+
+  if (StatusOr<int> cleaned = parts->preparer->Reconcile(); !cleaned.ok()) {
+    LOG_ERROR("start-up reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
+  }
+
+  kubeletplugin::PluginServerOptions server_options;
+  server_options.driver_name = driver;
+  server_options.registrar_dir = config.plugin.kubelet_registrar_directory_path;
+  server_options.plugin_dir = plugin_dir;
+  server_options.healthcheck_port = config.plugin.healthcheck_port;
+  ASSIGN_OR_RETURN(parts->server, kubeletplugin::PluginServer::Start(server_options, *parts->preparer));
+  LOG_INFO(0, "plugin serving", {{"driver", driver}, {"socket", parts->server->dra_socket().string()}});
+  return std::unique_ptr<ComputeDomainKubeletPlugin>(new ComputeDomainKubeletPlugin(std::move(parts)));
+}
+
+void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
+  std::mutex mu;
+  std::condition_variable_any wake;
+  std::unique_lock<std::mutex> lock(mu);
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point next_reconcile = Clock::now() + parts_->environment.reconcile_interval;
+  Clock::time_point next_refresh = Clock::now() + parts_->environment.clique_refresh_interval;
+  while (!stop.stop_requested()) {
+    wake.wait_until(lock, stop, std::min(next_reconcile, next_refresh), [] { return false; });
+    if (stop.stop_requested()) break;
+    const Clock::time_point now = Clock::now();
+    if (now >= next_refresh) {
+      next_refresh = now + parts_->environment.clique_refresh_interval;
+      // As upstream: only a non-empty, different id replaces the known one.
+      StatusOr<std::string> clique = nvml::NodeCliqueId(*parts_->nvml, parts_->clique_options);
+      if (!clique.ok()) {
+        LOG_ERROR("cannot re-read the node's clique id", {{"err", clique.status()}});
+      } else if (!clique->empty() && *clique != parts_->device_state->clique_id()) {
+        LOG_INFO(0, "clique id changed", {{"old", parts_->device_state->clique_id()}, {"new", *clique}});
+        parts_->device_state->set_clique_id(*clique);
+        if (parts_->clique_label) {
+          if (Status s = PatchCliqueLabel(*parts_->client, parts_->node_name, *clique); !s.ok()) {
+            LOG_ERROR("cannot update the node's clique label", {{"err", s}});
+          }
+        }
+      }
+    }
+    if (now >= next_reconcile) {
+      next_reconcile = now + parts_->environment.reconcile_interval;
+      if (StatusOr<int> cleaned = parts_->preparer->Reconcile(); !cleaned.ok()) {
+        LOG_ERROR("reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
+      }
+    }
+  }
+}
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,67 @@
+#pragma once
+
+// compute-domain-kubelet-plugin assembled: NVML (GPU minors, driver version,
+// the node's clique id), the CDI base spec, the ComputeDomain and clique
+// informers (DomainWatch), the claim preparation engine with the CD device
+// state (PrepareAborted on), the ResourceSlice publisher (one pool named
+// after the node: channel-0 and, unless hostManaged, daemon-0, attributes
+// "type" and "id"), the optional nvidia.com/gpu.clique node label, and the
+// kubelet gRPC server. Run() re-reads the clique id every
+// clique_refresh_interval and reconciles checkpointed claims (stale claims,
+// expired PrepareAborted entries) every reconcile_interval.
+//
+// Ownership: owns every part. Destruction first cancels claims waiting for
+// readiness (so the server's drain is quick), stops the gRPC server, the
+// publisher and the informers, then removes the clique label when it set it.
+// Thread-safety: Start and the destructor from one thread; Run blocks.
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <stop_token>
+
+#include "common/feature_gates.h"
+#include "common/status.h"
+#include "computedomain/config.h"
+#include "gpu/cdi.h"
+
+namespace nvdra::computedomain {
+
+inline constexpr std::string_view kGpuCliqueNodeLabel = "nvidia.com/gpu.clique";
+
+// What differs between a real node and a test.
+struct PluginEnvironment {
+  std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";  // NVDRA_BOOT_ID_FILE
+  std::filesystem::path sysfs_root = "/sys";
+  // NVDRA_CD_DAEMON_CONFIG_TEMPLATE
+  std::filesystem::path daemon_config_template = "/templates/compute-domain-daemon-config.tmpl.cfg";
+  gpu::ProcPaths proc;  // ALT_PROC_DEVICES_PATH (upstream's mock switch)
+  std::chrono::minutes reconcile_interval{10};
+  std::chrono::minutes clique_refresh_interval{10};
+  // How long one Prepare call waits for a domain's readiness
+  // (NVDRA_PREPARE_READY_WAIT_MS; tests shorten it).
+  std::chrono::milliseconds ready_wait = std::chrono::seconds(40);
+};
+
+// Reads the environment variables named above.
+PluginEnvironment PluginEnvironmentFromEnv();
+
+class ComputeDomainKubeletPlugin {
+ public:
+  static common::StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> Start(const PluginConfig& config,
+                                                                             const common::FeatureGates& gates,
+                                                                             const PluginEnvironment& environment);
+  ~ComputeDomainKubeletPlugin();
+  ComputeDomainKubeletPlugin(const ComputeDomainKubeletPlugin&) = delete;
+  ComputeDomainKubeletPlugin& operator=(const ComputeDomainKubeletPlugin&) = delete;
+
+  // Periodic clique-id refresh and reconciliation until `stop`.
+  void Run(std::stop_token stop);
+
+ private:
+  struct Parts;
+  explicit ComputeDomainKubeletPlugin(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace nvdra::computedomain

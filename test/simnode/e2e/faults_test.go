@@ -29,7 +29,8 @@ import (
 // driver (reference kubeletplugin helper) and waits for the kubelet's and the
 // control plane's own reactions. Subtests share one environment and run in
 // order, each on its own node: kill-container and partition on node 0,
-// restart-kubelet and delete on node 1, reboot on node 2.
+// restart-kubelet and delete on node 1, reboot and a plugin that stays away
+// (the kubelet wipes its slices) on node 2.
 func TestFaults(t *testing.T) {
 	driver, err := harness.DefaultBinary("simnode-test-driver")
 	if err != nil {
@@ -176,6 +177,37 @@ func TestFaults(t *testing.T) {
 		runClaimPodOn(ctx, t, client, node, "after-heal")
 	})
 
+	t.Run("plugin-stays-away", func(t *testing.T) {
+		// Not a harness fault: the plugin's pod is evicted by a NoExecute
+		// taint and the DaemonSet does not bring it back. The kubelet
+		// deregisters the driver and, after its 30 s grace, deletes the
+		// node's slices itself (the Node stays, so no garbage collection).
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		node := env.node(t, name(2))
+		plugin := pluginPodOn(ctx, t, client, node.Config.Name)
+		if len(sliceUIDs(ctx, t, client, node.Config.Name)) == 0 {
+			t.Fatalf("%s has no slices to begin with", node.Config.Name)
+		}
+		n, err := client.CoreV1().Nodes().Get(ctx, node.Config.Name, metav1.GetOptions{})
+		must(t, "node", err)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "simnode.test/away", Effect: corev1.TaintEffectNoExecute})
+		_, err = client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		must(t, "taint node", err)
+		away := time.Now()
+		waitForPodGone(ctx, t, client, namespace, plugin.Name)
+		waitForSlicesGone(ctx, t, client, node.Config.Name)
+		t.Logf("slices of %s gone %.0fs after the taint", node.Config.Name, time.Since(away).Seconds())
+		if _, err := client.CoreV1().Nodes().Get(ctx, node.Config.Name, metav1.GetOptions{}); err != nil {
+			t.Errorf("node %s: %v", node.Config.Name, err)
+		}
+		log, err := os.ReadFile(node.LogPath())
+		must(t, "node log", err)
+		if countLines(log, `"Unregistered DRA plugin"`, `driverName="`+driverName+`"`) == 0 {
+			t.Errorf("the kubelet of %s never logged unregistering %s", node.Config.Name, driverName)
+		}
+	})
+
 	t.Run("delete", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -248,9 +280,18 @@ func registrations(t *testing.T, node *harness.Node) int {
 }
 
 func countRegistrations(log []byte) int {
+	return countLines(log, `"Registered DRA plugin"`, `driverName="`+driverName+`"`)
+}
+
+// countLines counts the lines of log that hold every one of parts.
+func countLines(log []byte, parts ...string) int {
 	n := 0
 	for _, line := range bytes.Split(log, []byte("\n")) {
-		if bytes.Contains(line, []byte(`"Registered DRA plugin"`)) && bytes.Contains(line, []byte(`driverName="`+driverName+`"`)) {
+		all := true
+		for _, p := range parts {
+			all = all && bytes.Contains(line, []byte(p))
+		}
+		if all {
 			n++
 		}
 	}

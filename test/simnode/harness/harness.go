@@ -75,13 +75,43 @@ type Cluster struct {
 	client  kubernetes.Interface
 	spawner *proc.Spawner
 	Nodes   []*Node
+	// blockLock holds this cluster's address block (see addressBlock).
+	blockLock *os.File
 }
 
-// NodeIP is the loopback address of node i: 127.10.0.1, 127.10.0.2, ...
-func NodeIP(i int) string { return fmt.Sprintf("127.10.%d.%d", i/250, i%250+1) }
+// NodeIP is the loopback address of node i of address block 0: 127.10.0.1,
+// 127.10.0.2, ... (block b: 127.(10+b).x.y; see addressBlock).
+func NodeIP(i int) string { return nodeIP(0, i) }
 
-// podIPPrefix gives node i its own /24 of pod addresses.
-func podIPPrefix(i int) string { return fmt.Sprintf("127.%d.%d", 20+i/256, i%256) }
+func nodeIP(block, i int) string { return fmt.Sprintf("127.%d.%d.%d", 10+block, i/250, i%250+1) }
+
+// podIPPrefix gives node i of a block its own /24 of pod addresses:
+// 127.(20+4*block+i/256).(i%256), up to 1,024 nodes per block.
+func podIPPrefix(block, i int) string {
+	return fmt.Sprintf("127.%d.%d", 20+4*block+i/256, i%256)
+}
+
+// addressBlocks is how many harnesses may run at once on one machine, each
+// with its own block of node and pod addresses (the kubelets of two would
+// otherwise both listen on 127.10.0.1:10250).
+const addressBlocks = 10
+
+// addressBlock takes the first free block: an flock on a file in the system's
+// temporary folder, held while the returned file is open (Cluster.Stop
+// closes it; the kernel releases it if the process dies).
+func addressBlock() (int, *os.File, error) {
+	for b := 0; b < addressBlocks; b++ {
+		f, err := os.OpenFile(filepath.Join(os.TempDir(), fmt.Sprintf("simnode-address-block-%d.lock", b)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			return 0, nil, fmt.Errorf("address block lock: %w", err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			return b, f, nil
+		}
+		f.Close()
+	}
+	return 0, nil, fmt.Errorf("all %d simnode address blocks are in use by other processes", addressBlocks)
+}
 
 // Start starts the nodes; it does not wait for them (see WaitReady).
 func Start(opts Options) (*Cluster, error) {
@@ -115,6 +145,11 @@ func Start(opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner()}
 	apiServer := net.JoinHostPort(server.Hostname(), server.Port())
+	block, blockLock, err := addressBlock()
+	if err != nil {
+		return nil, err
+	}
+	c.blockLock = blockLock
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("%s%d", opts.NamePrefix, i)
 		labels := opts.Labels
@@ -142,8 +177,8 @@ func Start(opts Options) (*Cluster, error) {
 		}
 		cfg := nodeconfig.Config{
 			Name:         name,
-			IP:           NodeIP(i),
-			PodIPPrefix:  podIPPrefix(i),
+			IP:           nodeIP(block, i),
+			PodIPPrefix:  podIPPrefix(block, i),
 			Dir:          dir,
 			Kubeconfig:   kubeconfig,
 			APIServer:    proxy.Addr(),
@@ -251,6 +286,10 @@ func (c *Cluster) Stop() {
 		if n.proxy != nil {
 			n.proxy.Close()
 		}
+	}
+	if c.blockLock != nil {
+		c.blockLock.Close()
+		c.blockLock = nil
 	}
 }
 

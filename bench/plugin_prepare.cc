@@ -14,7 +14,7 @@
 //
 // Prints a table and writes --json (read by bench/collect.py):
 //   {"cycles","verbosity","first_prepare_ms","prepare":{p50_ms,p99_ms,max_ms,mean_ms},
-//    "unprepare":{...},"memory":[{"label","cycles","vmrss_kib",...}]}
+//    "unprepare":{...},"api_get_claim":{...},"memory":[{"label","cycles","vmrss_kib",...}]}
 // Exit status 0 on success, 1 when anything failed (with the plugin log).
 
 #include <algorithm>
@@ -169,12 +169,14 @@ int main(int argc, char** argv) {
   std::string plugin = GPU_KUBELET_PLUGIN;
   std::string json_out;
   std::vector<std::string> plugin_args;
+  bool keep = false;
   app.add_option("--cycles", cycles, "prepare + unprepare pairs to time")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "100 cycles (a smoke run)");
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
   app.add_option("--plugin", plugin, "gpu-kubelet-plugin binary");
   app.add_option("--json", json_out, "write the figures there as JSON");
   app.add_option("--plugin-arg", plugin_args, "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");
+  app.add_flag("--keep", keep, "keep the node folder (plugin.log, checkpoint, CDI specs)");
   CLI11_PARSE(app, argc, argv);
   if (quick) cycles = 100;
 
@@ -252,6 +254,17 @@ int main(int argc, char** argv) {
     if (i % step == 0 || i == cycles) sample(i == cycles ? "end" : "during", i);
   }
 
+  // For reading the figures: what the one GET of the claim that every
+  // prepare makes costs from here (our client, same API server, no limit).
+  std::vector<double> get_ms;
+  for (int i = 0; i < std::min(cycles, 200); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto got = cluster.client->Get(nvdra::k8s::resources::kResourceClaims, kNamespace, "one-gpu");
+    get_ms.push_back(Ms(std::chrono::steady_clock::now() - start));
+    if (!got.ok()) return fail("GET claim: " + got.status().ToString());
+  }
+  const Stats api_get = Summarize(get_ms);
+
   const Stats prepare = Summarize(prepare_ms);
   const Stats unprepare = Summarize(unprepare_ms);
   json out = {{"cycles", cycles},
@@ -262,6 +275,7 @@ int main(int argc, char** argv) {
               {"first_unprepare_ms", first_unprepare},
               {"prepare", ToJson(prepare)},
               {"unprepare", ToJson(unprepare)},
+              {"api_get_claim", ToJson(api_get)},
               {"memory", memory}};
 
   std::string extra;
@@ -274,6 +288,8 @@ int main(int argc, char** argv) {
               prepare.max_ms, prepare.mean_ms);
   std::printf("  %-22s %8.3f %8.3f %8.3f %8.3f\n", "NodeUnprepareResources", unprepare.p50_ms, unprepare.p99_ms,
               unprepare.max_ms, unprepare.mean_ms);
+  std::printf("  %-22s %8.3f %8.3f %8.3f %8.3f  (this client, for reference)\n", "GET of the claim",
+              api_get.p50_ms, api_get.p99_ms, api_get.max_ms, api_get.mean_ms);
   std::printf("  %-8s %6s %8s %8s %8s %8s %8s %8s  (MiB)\n", "memory", "cycles", "VmRSS", "RssAnon", "RssFile",
               "Pss", "PssAnon", "PssFile");
   for (const json& m : memory) {
@@ -290,6 +306,10 @@ int main(int argc, char** argv) {
 
   (void)cluster.client->Delete(nvdra::k8s::resources::kResourceClaims, kNamespace, "one-gpu");
   process.Stop();
-  fs::remove_all(dir.dir);
+  if (keep) {
+    std::cerr << "kept " << dir.dir << "\n";
+  } else {
+    fs::remove_all(dir.dir);
+  }
   return 0;
 }

@@ -175,7 +175,8 @@ int main(int argc, char** argv) {
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
   app.add_option("--plugin", plugin, "gpu-kubelet-plugin binary");
   app.add_option("--json", json_out, "write the figures there as JSON");
-  app.add_option("--plugin-arg", plugin_args, "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");
+  app.add_option("--plugin-arg", plugin_args,
+                 "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");
   app.add_flag("--keep", keep, "keep the node folder (plugin.log, checkpoint, CDI specs)");
   CLI11_PARSE(app, argc, argv);
   if (quick) cycles = 100;
@@ -230,7 +231,8 @@ int main(int argc, char** argv) {
   };
   sample("idle", 0);
 
-  auto claim = nvdra::testing::CreateAllocatedClaim(*cluster.client, kNamespace, kNodeName, kDriver, "one-gpu", "gpu-0");
+  auto claim =
+      nvdra::testing::CreateAllocatedClaim(*cluster.client, kNamespace, kNodeName, kDriver, "one-gpu", "gpu-0");
   if (!claim.ok()) return fail("claim: " + claim.status().ToString());
 
   Bench bench(channel);

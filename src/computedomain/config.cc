@@ -125,7 +125,7 @@ void AddControllerFlags(CLI::App& app, ControllerConfig& config) {
   common::AddLeaderElectionFlags(app, config.leader_election);
 }
 
-Status DaemonConfig::ValidateForRun() const {
+Status DaemonConfig::ValidateForRun(bool dns_names) const {
   if (compute_domain_uuid.empty()) {
     return FailedPreconditionError(
         "--compute-domain-uuid (COMPUTE_DOMAIN_UUID) is empty: the CDI edits of the daemon's "
@@ -134,6 +134,29 @@ Status DaemonConfig::ValidateForRun() const {
   if (max_nodes_per_imex_domain < 0) {
     return InvalidArgumentError(fmt::format(
         "--max-nodes-per-imex-domain: must not be negative, got {}", max_nodes_per_imex_domain));
+  }
+  if (imex_ready_poll_interval_ms <= 0) {
+    return InvalidArgumentError(fmt::format("--imex-ready-poll-interval-ms: must be positive, got {}",
+                                            imex_ready_poll_interval_ms));
+  }
+  if (imex_stop_grace_seconds < 0) {
+    return InvalidArgumentError(
+        fmt::format("--imex-stop-grace-seconds: must not be negative, got {}", imex_stop_grace_seconds));
+  }
+  RETURN_IF_ERROR(kube_client.Validate());
+  if (pod_name.empty() || pod_namespace.empty()) {
+    return InvalidArgumentError("--pod-name (POD_NAME) and --pod-namespace (POD_NAMESPACE) are required");
+  }
+  if (clique_id.empty()) return OkStatus();
+  for (const auto& [flag, value] : {std::pair<std::string_view, const std::string&>{"--node-name (NODE_NAME)", node_name},
+                                    {"--pod-ip (POD_IP)", pod_ip},
+                                    {"--pod-uid (POD_UID)", pod_uid}}) {
+    if (value.empty()) return InvalidArgumentError(fmt::format("{} is required with a clique ID", flag));
+  }
+  if (dns_names && max_nodes_per_imex_domain == 0) {
+    return InvalidArgumentError(
+        "--max-nodes-per-imex-domain (MAX_NODES_PER_IMEX_DOMAIN) must be set with IMEXDaemonsWithDNSNames: it "
+        "sizes the static nodes file");
   }
   return OkStatus();
 }
@@ -160,6 +183,25 @@ void AddDaemonFlags(CLI::App& app, DaemonConfig& config) {
   WithEnv(app.add_option("--max-nodes-per-imex-domain", config.max_nodes_per_imex_domain,
                          "Most nodes in one IMEX domain"),
           {"MAX_NODES_PER_IMEX_DOMAIN"});
+  common::AddKubeClientFlags(app, config.kube_client);
+  const auto add_path = [&app](const std::string& flag, std::string& target, const std::string& help,
+                               std::string_view env) {
+    WithEnv(app.add_option(flag, target, help)->capture_default_str(), {env});
+  };
+  add_path("--imexd-dir", config.imexd_dir, "Folder of imexd.cfg(.tmpl) and nodes.cfg", "IMEXD_DIR");
+  add_path("--hosts-file", config.hosts_file, "Hosts file holding the IMEX peers' DNS names", "HOSTS_FILE");
+  add_path("--imex-binary", config.imex_binary, "The nvidia-imex binary", "IMEX_BINARY");
+  add_path("--imex-ctl-binary", config.imex_ctl_binary, "The nvidia-imex-ctl binary", "IMEX_CTL_BINARY");
+  add_path("--imex-config-template", config.imex_config_template,
+           "IMEX config template, used when <imexd-dir>/imexd.cfg.tmpl is absent", "IMEX_CONFIG_TEMPLATE");
+  WithEnv(app.add_option("--imex-ready-poll-interval-ms", config.imex_ready_poll_interval_ms,
+                         "How often a ready nvidia-imex is asked for its state again")
+              ->capture_default_str(),
+          {"IMEX_READY_POLL_INTERVAL_MS"});
+  WithEnv(app.add_option("--imex-stop-grace-seconds", config.imex_stop_grace_seconds,
+                         "Seconds from SIGTERM to SIGKILL when stopping nvidia-imex")
+              ->capture_default_str(),
+          {"IMEX_STOP_GRACE_SECONDS"});
 }
 
 }  // namespace nvdra::computedomain

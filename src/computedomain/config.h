@@ -81,9 +81,32 @@ struct DaemonConfig {
   std::string pod_namespace;  // --pod-namespace (POD_NAMESPACE)
   int max_nodes_per_imex_domain = 0;  // --max-nodes-per-imex-domain (MAX_NODES_PER_IMEX_DOMAIN)
 
+  // Beyond upstream, which only knows the in-cluster config: --kubeconfig
+  // (KUBECONFIG), --kube-api-qps, --kube-api-burst, for a daemon outside a
+  // pod (tests, debugging). Empty kubeconfig: in-cluster.
+  common::KubeClientFlags kube_client;
+  // Where the pod's files are. Upstream hard-codes these; the defaults are its
+  // paths, and tests point them into a folder per simulated node.
+  std::string imexd_dir = "/imexd";  // --imexd-dir (IMEXD_DIR): imexd.cfg, nodes.cfg
+  std::string hosts_file = "/etc/hosts";  // --hosts-file (HOSTS_FILE)
+  std::string imex_binary = "nvidia-imex";  // --imex-binary (IMEX_BINARY), PATH lookup
+  std::string imex_ctl_binary = "nvidia-imex-ctl";  // --imex-ctl-binary (IMEX_CTL_BINARY)
+  // --imex-config-template (IMEX_CONFIG_TEMPLATE): read when the kubelet
+  // plugin did not put <imexd-dir>/imexd.cfg.tmpl there (it copies the same
+  // file, shipped in the image at /templates).
+  std::string imex_config_template = "/templates/compute-domain-daemon-config.tmpl.cfg";
+  // --imex-ready-poll-interval-ms (IMEX_READY_POLL_INTERVAL_MS): how often a
+  // Ready nvidia-imex is asked again (not-ready ones are asked every 25 ms).
+  int imex_ready_poll_interval_ms = 1000;
+  // --imex-stop-grace-seconds (IMEX_STOP_GRACE_SECONDS): SIGTERM to SIGKILL.
+  int imex_stop_grace_seconds = 10;
+
   // For the `run` subcommand. kFailedPrecondition when COMPUTE_DOMAIN_UUID is
   // missing: the container runtime did not apply the CDI edits that set it.
-  [[nodiscard]] common::Status ValidateForRun() const;
+  // kInvalidArgument naming the flag for a negative or zero count or
+  // interval, and, with a clique ID, for missing pod or node identity or
+  // (with `dns_names`) --max-nodes-per-imex-domain of 0.
+  [[nodiscard]] common::Status ValidateForRun(bool dns_names = false) const;
 };
 void AddDaemonFlags(CLI::App& app, DaemonConfig& config);
 

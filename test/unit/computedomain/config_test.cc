@@ -84,7 +84,30 @@ TEST(DaemonConfigTest, RunNeedsComputeDomainUuidFromCdiEdits) {
   EXPECT_EQ(status.code(), common::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("COMPUTE_DOMAIN_UUID"));
   config.compute_domain_uuid = "6f1c";
+  EXPECT_THAT(config.ValidateForRun().message(), HasSubstr("--pod-name (POD_NAME)"));
+  config.pod_name = "daemon-x";
+  config.pod_namespace = "nvidia-dra-driver";
   EXPECT_TRUE(config.ValidateForRun().ok());
+}
+
+TEST(DaemonConfigTest, RunWithCliqueNeedsPodIdentityAndDomainSize) {
+  DaemonConfig config;
+  config.compute_domain_uuid = "6f1c";
+  config.pod_name = "daemon-x";
+  config.pod_namespace = "nvidia-dra-driver";
+  config.clique_id = "c.1";
+  EXPECT_THAT(config.ValidateForRun().message(), HasSubstr("--node-name (NODE_NAME)"));
+  config.node_name = "n1";
+  EXPECT_THAT(config.ValidateForRun().message(), HasSubstr("--pod-ip (POD_IP)"));
+  config.pod_ip = "10.0.0.1";
+  EXPECT_THAT(config.ValidateForRun().message(), HasSubstr("--pod-uid (POD_UID)"));
+  config.pod_uid = "u-1";
+  EXPECT_TRUE(config.ValidateForRun(/*dns_names=*/false).ok());
+  EXPECT_THAT(config.ValidateForRun(/*dns_names=*/true).message(), HasSubstr("--max-nodes-per-imex-domain"));
+  config.max_nodes_per_imex_domain = 18;
+  EXPECT_TRUE(config.ValidateForRun(/*dns_names=*/true).ok());
+  config.imex_ready_poll_interval_ms = 0;
+  EXPECT_THAT(config.ValidateForRun(true).message(), HasSubstr("--imex-ready-poll-interval-ms"));
 }
 
 TEST(DaemonConfigTest, EnvironmentFillsFlags) {

@@ -1,0 +1,120 @@
+#include "computedomain/clique_membership.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+
+namespace nvdra::computedomain {
+namespace {
+
+using common::Status;
+using nlohmann::json;
+
+std::string StringField(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// How often RemoveEntry re-reads after a failed test before giving up.
+constexpr int kRemoveAttempts = 5;
+
+}  // namespace
+
+std::vector<CliqueMember> CliqueMembers(const json& clique) {
+  std::vector<CliqueMember> out;
+  auto daemons = clique.find("daemons");
+  if (daemons == clique.end() || !daemons->is_array()) return out;
+  for (const json& entry : *daemons) {
+    if (!entry.is_object()) continue;
+    CliqueMember member;
+    member.node_name = StringField(entry, "nodeName");
+    if (member.node_name.empty()) continue;
+    member.ip_address = StringField(entry, "ipAddress");
+    member.clique_id = StringField(entry, "cliqueID");
+    member.status = StringField(entry, "status");
+    if (auto index = entry.find("index"); index != entry.end() && index->is_number_integer()) {
+      member.index = index->get<std::int64_t>();
+    }
+    out.push_back(std::move(member));
+  }
+  return out;
+}
+
+CliqueMembership::CliqueMembership(k8s::Client& client, DaemonIdentity identity)
+    : client_(client),
+      identity_(std::move(identity)),
+      clique_name_(identity_.compute_domain_uid + "." + identity_.clique_id) {}
+
+std::string CliqueMembership::field_manager() const { return "compute-domain-daemon@" + identity_.node_name; }
+
+Status CliqueMembership::LabelPod(std::stop_token stop) {
+  const json patch = {{"metadata", {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}}}}};
+  auto result = client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name,
+                              k8s::PatchType::kMerge, patch, {}, stop);
+  return result.status();
+}
+
+k8s::ApiResult<json> CliqueMembership::ApplyEntry(std::string_view status, std::stop_token stop) {
+  json intent = {
+      {"apiVersion", "resource.nvidia.com/v1beta1"},
+      {"kind", "ComputeDomainClique"},
+      {"metadata",
+       {{"name", clique_name_},
+        {"namespace", identity_.pod_namespace},
+        {"labels",
+         {{std::string(kComputeDomainLabel), identity_.compute_domain_uid},
+          {std::string(kComputeDomainCliqueLabel), identity_.clique_id}}},
+        {"ownerReferences", json::array({{{"apiVersion", "v1"},
+                                          {"kind", "Pod"},
+                                          {"name", identity_.pod_name},
+                                          {"uid", identity_.pod_uid}}})}}},
+      {"daemons", json::array({{{"nodeName", identity_.node_name},
+                                {"ipAddress", identity_.pod_ip},
+                                {"cliqueID", identity_.clique_id},
+                                {"status", std::string(status)}}})}};
+  // force: the entry is this node's by its key; a previous daemon on this
+  // node that wrote it with another manager (an upgrade from a driver that
+  // used Update) must not block us. The index is not in the intent, so
+  // forcing cannot take it from the index writer.
+  k8s::PatchOptions options;
+  options.field_manager = field_manager();
+  options.force = true;
+  return client_.Apply(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, intent, options, stop);
+}
+
+Status CliqueMembership::RemoveEntry(std::stop_token stop) {
+  for (int attempt = 1;; ++attempt) {
+    auto clique = client_.Get(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, clique_name_, {}, stop);
+    if (k8s::IsNotFound(clique.status())) return common::OkStatus();
+    if (!clique.ok()) return clique.status();
+    const json* daemons = clique->contains("daemons") ? &(*clique)["daemons"] : nullptr;
+    std::optional<size_t> position;
+    for (size_t i = 0; daemons != nullptr && daemons->is_array() && i < daemons->size(); ++i) {
+      const json& entry = (*daemons)[i];
+      if (entry.is_object() && StringField(entry, "nodeName") == identity_.node_name &&
+          StringField(entry, "ipAddress") == identity_.pod_ip) {
+        position = i;
+        break;
+      }
+    }
+    if (!position) return common::OkStatus();
+    const std::string path = fmt::format("/daemons/{}", *position);
+    k8s::PatchOptions options;
+    options.field_manager = field_manager();
+    const json patch = json::array({{{"op", "test"}, {"path", path + "/nodeName"}, {"value", identity_.node_name}},
+                                    {{"op", "test"}, {"path", path + "/ipAddress"}, {"value", identity_.pod_ip}},
+                                    {{"op", "remove"}, {"path", path}}});
+    auto result = client_.Patch(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, clique_name_,
+                                k8s::PatchType::kJson, patch, options, stop);
+    if (result.ok() || k8s::IsNotFound(result.status())) return common::OkStatus();
+    // A failed test op is 422 (kInvalidArgument); the list moved under us.
+    if (!k8s::IsInvalid(result.status()) && !k8s::IsConflict(result.status())) return result.status();
+    if (attempt >= kRemoveAttempts) return result.status();
+    LOG_INFO(3, "clique changed while leaving it; reading it again",
+             {{"clique", clique_name_}, {"err", result.status()}});
+  }
+}
+
+}  // namespace nvdra::computedomain

@@ -1,0 +1,434 @@
+#include "computedomain/imex_daemon.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "computedomain/imex_files.h"
+#include "k8s/cache/informer.h"
+#include "k8s/rest_list_watch.h"
+
+namespace nvdra::computedomain {
+namespace {
+
+using common::Status;
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// nvidia-imex ignores a SIGUSR1 within 5 s of the previous one (IMEX guide,
+// signals); the margin keeps ours clear of that edge.
+constexpr milliseconds kReloadWindow{5100};
+constexpr milliseconds kNotReadyPollInterval{25};
+constexpr milliseconds kCtlTimeout{5000};
+constexpr milliseconds kRestartBackoffMin{100};
+constexpr milliseconds kRestartBackoffMax{10000};
+constexpr std::chrono::seconds kRestartBackoffReset{30};
+constexpr milliseconds kPublishBackoffMin{100};
+constexpr milliseconds kPublishBackoffMax{5000};
+
+std::int64_t ResourceVersionOf(const json& object) {
+  std::int64_t version = 0;
+  const json* metadata = object.contains("metadata") ? &object["metadata"] : nullptr;
+  if (metadata == nullptr || !metadata->contains("resourceVersion") || !(*metadata)["resourceVersion"].is_string()) {
+    return 0;
+  }
+  const std::string text = (*metadata)["resourceVersion"].get<std::string>();
+  std::from_chars(text.data(), text.data() + text.size(), version);
+  return version;
+}
+
+std::string JoinMapping(const std::map<std::int64_t, std::string>& ip_by_index) {
+  std::string out;
+  for (const auto& [index, ip] : ip_by_index) {
+    if (!out.empty()) out += ",";
+    out += fmt::format("{}={}", DnsName(index), ip);
+  }
+  return out;
+}
+
+}  // namespace
+
+ImexDaemon::ImexDaemon(k8s::Client& client, ImexDaemonOptions options)
+    : client_(client),
+      options_(std::move(options)),
+      membership_(client, options_.identity),
+      config_path_(options_.imexd_dir / "imexd.cfg"),
+      nodes_path_(options_.imexd_dir / "nodes.cfg") {}
+
+ImexDaemon::~ImexDaemon() {
+  if (informer_) informer_->Stop();
+  poller_.request_stop();
+  poll_cv_.notify_all();
+}
+
+Status ImexDaemon::WriteStaticFiles() {
+  std::error_code ec;
+  std::filesystem::create_directories(options_.imexd_dir, ec);
+  if (ec) return common::InternalError(fmt::format("create {}: {}", options_.imexd_dir.string(), ec.message()));
+  // The kubelet plugin copies the template into the domain's folder, as
+  // upstream does; the image's copy is the fallback.
+  std::filesystem::path template_path = options_.imexd_dir / "imexd.cfg.tmpl";
+  if (!std::filesystem::exists(template_path, ec)) template_path = options_.config_template;
+  ASSIGN_OR_RETURN(std::string template_text, ReadWholeFile(template_path));
+  auto rendered = RenderImexConfig(template_text, {.cmd_bind_interface_ip = options_.identity.pod_ip,
+                                                   .nodes_config_path = nodes_path_.string()});
+  if (!rendered.ok()) return common::InvalidArgumentError(template_path.string() + ": " + rendered.status().message());
+  RETURN_IF_ERROR(WriteFileAtomically(config_path_, *rendered));
+  LOG_INFO(1, "IMEX config rendered",
+           {{"template", template_path}, {"config", config_path_}, {"cmdBindIP", options_.identity.pod_ip}});
+  if (options_.dns_names) {
+    RETURN_IF_ERROR(WriteFileAtomically(nodes_path_, StaticNodesConfig(options_.max_nodes)));
+    LOG_INFO(1, "static nodes file written", {{"path", nodes_path_}, {"names", options_.max_nodes}});
+  }
+  return common::OkStatus();
+}
+
+void ImexDaemon::Wake() {
+  const std::uint64_t one = 1;
+  // A full counter still wakes the loop; nothing else can fail here.
+  (void)!write(wake_fd_.get(), &one, sizeof one);
+}
+
+Status ImexDaemon::Run(std::stop_token stop) {
+  RETURN_IF_ERROR(WriteStaticFiles());
+  wake_fd_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) return common::ErrnoToStatus(errno, "eventfd");
+  std::stop_callback wake_on_stop(stop, [this] { Wake(); });
+
+  const DaemonIdentity& id = options_.identity;
+  LOG_INFO(0, "joining clique", {{"clique", membership_.clique_name()}, {"namespace", id.pod_namespace},
+                                 {"node", id.node_name}, {"ip", id.pod_ip}, {"dnsNames", options_.dns_names}});
+
+  k8s::cache::InformerOptions informer_options;
+  informer_options.description = "computedomaincliques " + membership_.clique_name();
+  informer_options.field_selector = "metadata.name=" + membership_.clique_name();
+  informer_ = std::make_unique<k8s::cache::Informer>(
+      std::make_unique<k8s::RestListWatch>(client_, k8s::resources::kComputeDomainCliques, id.pod_namespace),
+      std::move(informer_options));
+  auto keep = [this](const k8s::cache::ObjectPtr& object) {
+    {
+      std::lock_guard lock(mutex_);
+      clique_ = object ? std::optional<json>(*object) : std::nullopt;
+      clique_dirty_ = true;
+    }
+    Wake();
+  };
+  informer_->AddEventHandler({.on_add = keep,
+                              .on_update = [keep](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr& now) {
+                                keep(now);
+                              },
+                              .on_delete = [keep](const k8s::cache::ObjectPtr&) { keep(nullptr); }});
+  informer_->Start();
+  poller_ = std::jthread([this](std::stop_token poller_stop) { PollReadiness(poller_stop); });
+  publish_retry_at_ = Clock::now();
+
+  while (!stop.stop_requested()) {
+    std::optional<Clock::time_point> next;
+    for (const auto& deadline : {restart_at_, reload_at_, publish_retry_at_}) {
+      if (deadline && (!next || *deadline < *next)) next = deadline;
+    }
+    int timeout_ms = -1;
+    if (next) {
+      const auto left = std::chrono::ceil<milliseconds>(*next - Clock::now()).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+    }
+    pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0}, {imex_ ? imex_->pidfd() : -1, POLLIN, 0}};
+    if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) return common::ErrnoToStatus(errno, "poll");
+    std::uint64_t count = 0;
+    (void)!read(wake_fd_.get(), &count, sizeof count);
+    if (stop.stop_requested()) break;
+
+    if (imex_ && (fds[1].revents & POLLIN) != 0) OnImexExited();
+    std::optional<json> clique;
+    bool dirty = false;
+    {
+      std::lock_guard lock(mutex_);
+      if (clique_dirty_) {
+        clique = clique_;
+        dirty = true;
+        clique_dirty_ = false;
+      }
+    }
+    if (dirty) OnCliqueChanged(clique ? &*clique : nullptr);
+
+    const auto now = Clock::now();
+    if (restart_at_ && now >= *restart_at_) {
+      restart_at_.reset();
+      if (!imex_ && (options_.dns_names ? own_index_known_ : peers_known_)) StartImex();
+    }
+    if (reload_at_ && now >= *reload_at_) {
+      reload_at_.reset();
+      if (imex_) {
+        LOG_INFO(2, "peer mapping changed; asking nvidia-imex to reload (SIGUSR1)", {{"pid", imex_->pid()}});
+        if (Status status = imex_->Signal(SIGUSR1); !status.ok()) {
+          LOG_WARNING("cannot signal nvidia-imex", {{"err", status}});
+        }
+        last_reload_ = now;
+      }
+    }
+    PublishIfNeeded();
+  }
+
+  LOG_INFO(0, "shutting down: leaving the clique, then stopping nvidia-imex", {{"clique", membership_.clique_name()}});
+  poller_.request_stop();
+  poll_cv_.notify_all();
+  poller_ = std::jthread();
+  {
+    // The caller's stop is already requested; the removal gets its own bound.
+    std::stop_source leave_stop;
+    std::jthread timer([&leave_stop, this](std::stop_token timer_stop) {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lock(m);
+      if (!cv.wait_for(lock, timer_stop, options_.leave_timeout, [] { return false; }) &&
+          !timer_stop.stop_requested()) {
+        leave_stop.request_stop();
+      }
+    });
+    if (Status status = membership_.RemoveEntry(leave_stop.get_token()); !status.ok()) {
+      LOG_ERROR("cannot remove this node's entry from the clique", {{"clique", membership_.clique_name()},
+                                                                     {"err", status}});
+    } else {
+      LOG_INFO(2, "left the clique", {{"clique", membership_.clique_name()}});
+    }
+  }
+  StopImex();
+  informer_->Stop();
+  return common::OkStatus();
+}
+
+void ImexDaemon::OnCliqueChanged(const json* clique) {
+  if (clique == nullptr) {
+    // Upstream does not re-create a deleted clique from an event either: the
+    // controller deletes it when the ComputeDomain goes.
+    LOG_INFO(2, "clique deleted", {{"clique", membership_.clique_name()}});
+    clique_deleted_ = true;
+    return;
+  }
+  clique_deleted_ = false;
+  const std::int64_t version = ResourceVersionOf(*clique);
+  if (version != 0 && version < processed_version_) return;  // older than what we already acted on
+  processed_version_ = std::max(processed_version_, version);
+  const std::vector<CliqueMember> members = CliqueMembers(*clique);
+  const DaemonIdentity& id = options_.identity;
+  auto own = std::find_if(members.begin(), members.end(),
+                          [&](const CliqueMember& m) { return m.node_name == id.node_name; });
+  entry_missing_ = own == members.end() || own->ip_address != id.pod_ip || own->clique_id != id.clique_id ||
+                   (!published_status_.empty() && own->status != published_status_);
+  if (options_.dns_names) {
+    UpdatePeersDnsNames(members);
+  } else {
+    UpdatePeersIps(members);
+  }
+}
+
+void ImexDaemon::UpdatePeersDnsNames(const std::vector<CliqueMember>& members) {
+  const DaemonIdentity& id = options_.identity;
+  std::map<std::int64_t, std::string> ip_by_index;
+  bool own_index = false;
+  for (const CliqueMember& member : members) {
+    if (member.clique_id != id.clique_id || !member.index) continue;
+    const std::int64_t index = *member.index;
+    if (index < 0 || index >= options_.max_nodes) {
+      LOG_ERROR("clique entry has an index outside the IMEX domain; ignored",
+                {{"node", member.node_name}, {"index", index}, {"max", options_.max_nodes}});
+      continue;
+    }
+    if (auto [it, inserted] = ip_by_index.emplace(index, member.ip_address); !inserted) {
+      LOG_ERROR("two clique entries share an index; the first is used",
+                {{"node", member.node_name}, {"index", index}, {"ip", it->second}});
+      continue;
+    }
+    if (member.node_name == id.node_name && member.ip_address == id.pod_ip) own_index = true;
+  }
+  if (own_index && !own_index_known_) LOG_INFO(2, "this node's index is assigned", {{"node", id.node_name}});
+  own_index_known_ = own_index;
+  if (ip_by_index != ip_by_index_) {
+    auto hosts = ReadWholeFile(options_.hosts_file);
+    if (!hosts.ok() && !k8s::IsNotFound(hosts.status())) {
+      LOG_ERROR("cannot read the hosts file", {{"err", hosts.status()}});
+      return;
+    }
+    const std::string text = RewriteHostsFile(hosts.ok() ? *hosts : std::string(), ip_by_index);
+    if (Status status = WriteFileInPlace(options_.hosts_file, text); !status.ok()) {
+      LOG_ERROR("cannot write the hosts file", {{"err", status}});
+      return;
+    }
+    ip_by_index_ = std::move(ip_by_index);
+    LOG_INFO(2, "peer names mapped", {{"hosts", options_.hosts_file}, {"mapping", JoinMapping(ip_by_index_)}});
+    if (imex_ && !reload_at_) {
+      const auto now = Clock::now();
+      reload_at_ = last_reload_ && now - *last_reload_ < kReloadWindow ? *last_reload_ + kReloadWindow : now;
+    }
+  }
+  if (own_index_known_ && !imex_ && !restart_at_) StartImex();
+}
+
+void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members) {
+  const DaemonIdentity& id = options_.identity;
+  std::vector<std::pair<std::string, std::string>> by_node;
+  bool own = false;
+  for (const CliqueMember& member : members) {
+    if (member.clique_id != id.clique_id || member.ip_address.empty()) continue;
+    by_node.emplace_back(member.node_name, member.ip_address);
+    if (member.node_name == id.node_name && member.ip_address == id.pod_ip) own = true;
+  }
+  std::sort(by_node.begin(), by_node.end());
+  std::vector<std::string> ips;
+  for (auto& [node, ip] : by_node) ips.push_back(std::move(ip));
+  peers_known_ = own;
+  if (ips == peer_ips_ || !own) return;
+  if (Status status = WriteFileAtomically(nodes_path_, IpNodesConfig(ips)); !status.ok()) {
+    LOG_ERROR("cannot write the nodes file", {{"err", status}});
+    return;
+  }
+  peer_ips_ = std::move(ips);
+  LOG_INFO(2, "peer IPs written; (re)starting nvidia-imex", {{"path", nodes_path_}, {"peers", peer_ips_.size()}});
+  // nvidia-imex reads the IP list only at start.
+  StopImex();
+  restart_at_.reset();
+  StartImex();
+}
+
+void ImexDaemon::StartImex() {
+  auto child = common::ChildProcess::Spawn({.argv = {options_.imex_binary, "-c", config_path_.string()}});
+  const auto now = Clock::now();
+  if (!child.ok()) {
+    LOG_ERROR("cannot start nvidia-imex", {{"binary", options_.imex_binary}, {"err", child.status()},
+                                           {"retryInMs", restart_backoff_.count()}});
+    restart_at_ = now + restart_backoff_;
+    restart_backoff_ = std::min(restart_backoff_ * 2, kRestartBackoffMax);
+    return;
+  }
+  imex_ = std::move(*child);
+  imex_started_at_ = now;
+  {
+    std::lock_guard lock(mutex_);
+    ++imex_generation_;
+    imex_running_ = true;
+  }
+  poll_cv_.notify_all();
+  LOG_INFO(2, "nvidia-imex started", {{"pid", imex_->pid()}, {"config", config_path_}});
+}
+
+void ImexDaemon::StopImex() {
+  if (!imex_) return;
+  const pid_t pid = imex_->pid();
+  const common::ExitInfo exit = imex_->Terminate(options_.stop_grace);
+  imex_.reset();
+  {
+    std::lock_guard lock(mutex_);
+    ++imex_generation_;
+    imex_running_ = false;
+    ready_ = false;
+  }
+  poll_cv_.notify_all();
+  LOG_INFO(2, "nvidia-imex stopped", {{"pid", pid}, {"exit", exit.ToString()}});
+}
+
+void ImexDaemon::OnImexExited() {
+  std::optional<common::ExitInfo> exit = imex_->TryWait();
+  if (!exit) return;
+  const auto now = Clock::now();
+  if (now - imex_started_at_ >= kRestartBackoffReset) restart_backoff_ = kRestartBackoffMin;
+  LOG_WARNING("nvidia-imex exited unexpectedly; restarting it",
+              {{"exit", exit->ToString()}, {"retryInMs", restart_backoff_.count()}});
+  imex_.reset();
+  {
+    std::lock_guard lock(mutex_);
+    ++imex_generation_;
+    imex_running_ = false;
+    ready_ = false;
+  }
+  poll_cv_.notify_all();
+  restart_at_ = now + restart_backoff_;
+  restart_backoff_ = std::min(restart_backoff_ * 2, kRestartBackoffMax);
+  // The crashed daemon already sent no goodbye; a reload window does not
+  // carry over to the next process.
+  reload_at_.reset();
+  last_reload_.reset();
+}
+
+void ImexDaemon::PublishIfNeeded() {
+  if (clique_deleted_) return;
+  bool ready = false;
+  {
+    std::lock_guard lock(mutex_);
+    ready = imex_running_ && ready_generation_ == imex_generation_ && ready_;
+  }
+  const std::string desired(ready ? kDaemonReady : kDaemonNotReady);
+  if (!entry_missing_ && desired == published_status_) {
+    publish_retry_at_.reset();
+    return;
+  }
+  const auto now = Clock::now();
+  if (publish_retry_at_ && now < *publish_retry_at_) return;
+  auto result = membership_.ApplyEntry(desired);
+  if (!result.ok()) {
+    LOG_ERROR("cannot write this node's clique entry", {{"clique", membership_.clique_name()}, {"status", desired},
+                                                        {"err", result.status()},
+                                                        {"retryInMs", publish_backoff_.count()}});
+    publish_retry_at_ = now + publish_backoff_;
+    publish_backoff_ = std::min(publish_backoff_ * 2, kPublishBackoffMax);
+    return;
+  }
+  publish_retry_at_.reset();
+  publish_backoff_ = kPublishBackoffMin;
+  if (desired != published_status_) {
+    LOG_INFO(2, "clique entry written", {{"clique", membership_.clique_name()}, {"status", desired}});
+  }
+  published_status_ = desired;
+  // The answer is the newest state: act on it now rather than on its watch
+  // event (which OnCliqueChanged then skips as not newer).
+  OnCliqueChanged(&*result);
+}
+
+void ImexDaemon::PollReadiness(std::stop_token stop) {
+  const common::SpawnOptions ctl{.argv = {options_.imex_ctl_binary, "-c", config_path_.string(), "-q"}};
+  while (!stop.stop_requested()) {
+    std::uint64_t generation = 0;
+    bool running = false;
+    bool ready = false;
+    {
+      std::lock_guard lock(mutex_);
+      generation = imex_generation_;
+      running = imex_running_;
+      ready = running && ready_generation_ == generation && ready_;
+    }
+    if (running) {
+      auto out = common::RunCommand(ctl, kCtlTimeout, stop);
+      const bool now_ready = out.ok() && out->exit.success() && out->output == "READY\n";
+      if (!now_ready && common::VerbosityEnabled(4)) {
+        LOG_INFO(4, "nvidia-imex not ready", {{"answer", out.ok() ? out->output : out.status().ToString()}});
+      }
+      bool changed = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (imex_generation_ == generation && (ready_generation_ != generation || ready_ != now_ready)) {
+          ready_generation_ = generation;
+          ready_ = now_ready;
+          changed = true;
+        }
+      }
+      if (changed) {
+        LOG_INFO(2, "nvidia-imex readiness changed", {{"ready", now_ready}});
+        Wake();
+      }
+      ready = now_ready;
+    }
+    const milliseconds interval = running && !ready ? kNotReadyPollInterval : options_.ready_poll_interval;
+    std::unique_lock lock(mutex_);
+    poll_cv_.wait_for(lock, stop, interval, [&] { return imex_generation_ != generation; });
+  }
+}
+
+}  // namespace nvdra::computedomain

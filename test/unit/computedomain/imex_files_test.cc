@@ -1,0 +1,72 @@
+#include "computedomain/imex_files.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace nvdra::computedomain {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(RenderImexConfigTest, FillsUpstreamVariablesWithOrWithoutSpaces) {
+  auto out = RenderImexConfig("A=1\nIMEX_NODE_CONFIG_FILE={{ .IMEXDaemonNodesConfigPath }}\n"
+                              "IMEX_CMD_BIND_INTERFACE_IP={{.IMEXCmdBindInterfaceIP}}\n",
+                              {.cmd_bind_interface_ip = "10.1.2.3", .nodes_config_path = "/imexd/nodes.cfg"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "A=1\nIMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\nIMEX_CMD_BIND_INTERFACE_IP=10.1.2.3\n");
+}
+
+TEST(RenderImexConfigTest, UnknownVariableAndUnclosedBracesNameTheLine) {
+  EXPECT_THAT(RenderImexConfig("A=1\nB={{ .Nope }}\n", {}).status().message(), HasSubstr("line 2"));
+  EXPECT_THAT(RenderImexConfig("A={{ .IMEXCmdBindInterfaceIP\n", {}).status().message(), HasSubstr("unclosed"));
+}
+
+TEST(RenderImexConfigTest, ShippedTemplateRendersEveryKeyTheDriverSets) {
+  auto text = ReadWholeFile(std::filesystem::path(NVDRA_SOURCE_DIR) / "templates/compute-domain-daemon-config.tmpl.cfg");
+  ASSERT_TRUE(text.ok()) << text.status();
+  auto out = RenderImexConfig(*text, {.cmd_bind_interface_ip = "10.0.0.9", .nodes_config_path = "/imexd/nodes.cfg"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (const char* line : {"DAEMONIZE=0\n", "SERVER_PORT=50000\n", "IMEX_NODE_CONFIG_FILE=/imexd/nodes.cfg\n",
+                           "IMEX_WAIT_FOR_QUORUM=RECOVERY\n", "IMEX_ENABLE_AUTH_ENCRYPTION=0\n", "IMEX_CMD_ENABLED=1\n",
+                           "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.9\n", "IMEX_CMD_PORT=50005\n", "LOG_FILE_NAME=\n",
+                           "IMEX_NODE_DISCONNECTED_GRACE_TIME=-1\n"}) {
+    EXPECT_THAT(*out, HasSubstr(std::string("\n") + line)) << line;
+  }
+}
+
+TEST(NodesConfigTest, StaticNamesAreZeroPaddedAndCountMaxNodes) {
+  EXPECT_EQ(StaticNodesConfig(3), "compute-domain-daemon-0000\ncompute-domain-daemon-0001\ncompute-domain-daemon-0002\n");
+  EXPECT_EQ(StaticNodesConfig(18).size(), 18u * 27u);
+  EXPECT_EQ(IpNodesConfig({"10.0.0.2", "10.0.0.1"}), "10.0.0.2\n10.0.0.1\n");
+}
+
+TEST(RewriteHostsFileTest, ReplacesOnlyOurLinesAndWritesTheMarkerOnce) {
+  const std::string before = "127.0.0.1\tlocalhost\n10.0.0.5\tpod-x\n";
+  std::string once = RewriteHostsFile(before, {{1, "10.0.0.2"}, {0, "10.0.0.1"}});
+  EXPECT_EQ(once, before + "# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n"
+                           "10.0.0.2\tcompute-domain-daemon-0001\n");
+  std::string twice = RewriteHostsFile(once, {{0, "10.0.0.1"}});
+  EXPECT_EQ(twice, before + "# Compute Domain Daemon mappings\n10.0.0.1\tcompute-domain-daemon-0000\n");
+}
+
+TEST(WriteFileTest, AtomicWriteReplacesAndLeavesNoTemporaryFile) {
+  char dir_template[] = "/tmp/imex-files-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir(dir_template);
+  ASSERT_TRUE(WriteFileAtomically(dir / "a.cfg", "one\n").ok());
+  ASSERT_TRUE(WriteFileAtomically(dir / "a.cfg", "two\n").ok());
+  EXPECT_EQ(*ReadWholeFile(dir / "a.cfg"), "two\n");
+  ASSERT_TRUE(WriteFileInPlace(dir / "hosts", "h\n").ok());
+  EXPECT_EQ(*ReadWholeFile(dir / "hosts"), "h\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
+  EXPECT_EQ(WriteFileAtomically(dir / "missing" / "x", "y").code(), common::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace nvdra::computedomain

@@ -26,6 +26,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -311,7 +312,9 @@ int main(int argc, char** argv) {
   if (keep) {
     std::cerr << "kept " << dir.dir << "\n";
   } else {
-    fs::remove_all(dir.dir);
+    std::error_code ec;  // best effort: a plugin wrapper's child may still be writing there
+    fs::remove_all(dir.dir, ec);
+    if (ec) std::cerr << "could not remove " << dir.dir << ": " << ec.message() << "\n";
   }
   return 0;
 }

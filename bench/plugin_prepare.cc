@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   app.add_option("--cycles", cycles, "prepare + unprepare pairs to time")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "100 cycles (a smoke run)");
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
-  app.add_option("--plugin", plugin, "gpu-kubelet-plugin binary");
+  app.add_option("--plugin", plugin, "gpu-kubelet-plugin binary, or a wrapper script that execs it");
   app.add_option("--json", json_out, "write the figures there as JSON");
   app.add_option("--plugin-arg", plugin_args,
                  "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");

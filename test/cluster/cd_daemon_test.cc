@@ -1,0 +1,569 @@
+// compute-domain-daemon as processes against a real control plane, with the
+// simulated nvidia-imex (test/simimex) on distinct loopback addresses and a
+// folder per simulated node (imexd dir, hosts file). The test plays the
+// index writer (the controller's job, issue 9): an informer handler assigns
+// 0..n-1 by server-side apply as entries appear. Pods are plain objects that
+// no scheduler or kubelet picks up: the daemon only patches its pod and names
+// it as owner.
+//
+// Checks: entries appear without an index (daemons never write one), all
+// become Ready, nodes.cfg and hosts content, owner references and field
+// managers, a SIGKILLed nvidia-imex is seen (NotReady) and restarted (Ready),
+// SIGTERM removes only the daemon's own entry, a daemon of domain A never
+// touches domain B's clique, `check` exit codes, empty clique ID, missing
+// COMPUTE_DOMAIN_UUID. Prints the time from daemon start to Ready entry.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster_client.h"
+#include "gpu_plugin_harness.h"
+#include "k8s/cache/informer.h"
+#include "k8s/rest_list_watch.h"
+
+namespace nvdra::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr char kNamespace[] = "cd-daemon-test";
+constexpr char kClique[] = "a1b2c3d4-0000-4000-8000-000000000001.1";
+constexpr char kIndexWriter[] = "test-index-writer";
+
+// STAND-IN for the chart's computedomaincliques CRD until issue 9 lands it:
+// only what the daemon relies on — namespaced, resource.nvidia.com/v1beta1,
+// `daemons` a list-map keyed by nodeName (server-side apply merges per
+// entry), `index` optional, everything else preserved. Other suites may
+// install their own stand-in; this one is kept in this file on purpose.
+json StandInCliqueCrd() {
+  json entry = {{"type", "object"},
+                {"required", json::array({"nodeName", "ipAddress", "cliqueID"})},
+                {"properties",
+                 {{"nodeName", {{"type", "string"}}},
+                  {"ipAddress", {{"type", "string"}}},
+                  {"cliqueID", {{"type", "string"}}},
+                  {"index", {{"type", "integer"}}},
+                  {"status", {{"type", "string"}, {"enum", json::array({"Ready", "NotReady"})}, {"default", "NotReady"}}}}}};
+  json schema = {{"type", "object"},
+                 {"x-kubernetes-preserve-unknown-fields", true},
+                 {"properties",
+                  {{"daemons",
+                    {{"type", "array"},
+                     {"x-kubernetes-list-type", "map"},
+                     {"x-kubernetes-list-map-keys", json::array({"nodeName"})},
+                     {"items", entry}}}}}};
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "computedomaincliques.resource.nvidia.com"}}},
+          {"spec",
+           {{"group", "resource.nvidia.com"},
+            {"scope", "Namespaced"},
+            {"names",
+             {{"kind", "ComputeDomainClique"},
+              {"listKind", "ComputeDomainCliqueList"},
+              {"plural", "computedomaincliques"},
+              {"singular", "computedomainclique"}}},
+            {"versions", json::array({{{"name", "v1beta1"},
+                                       {"served", true},
+                                       {"storage", true},
+                                       {"schema", {{"openAPIV3Schema", schema}}}}})}}}};
+}
+
+// Bounded wait on something without an event (files written by daemons).
+bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds bound = 30s) {
+  const auto deadline = Clock::now() + bound;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return condition();
+}
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The daemons of a clique as nodeName -> entry.
+std::map<std::string, json> Entries(const json& clique) {
+  std::map<std::string, json> out;
+  if (!clique.contains("daemons")) return out;
+  for (const json& e : clique["daemons"]) out[e.value("nodeName", "")] = e;
+  return out;
+}
+
+// Follows every clique of the namespace; waits are woken by watch events.
+// As the index writer, assigns the lowest free index to each new entry of
+// the cliques it is told to serve (one apply per change, field manager
+// kIndexWriter, indexes stable once given).
+class CliqueWatch {
+ public:
+  explicit CliqueWatch(k8s::Client& client) : client_(client) {
+    k8s::cache::InformerOptions options;
+    options.description = "cliques";
+    informer_ = std::make_unique<k8s::cache::Informer>(
+        std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques, kNamespace),
+        std::move(options));
+    auto changed = [this](const k8s::cache::ObjectPtr& object) { OnChange(*object, false); };
+    informer_->AddEventHandler(
+        {.on_add = changed,
+         .on_update = [changed](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr& now) { changed(now); },
+         .on_delete = [this](const k8s::cache::ObjectPtr& last) { OnChange(*last, true); }});
+    informer_->Start();
+  }
+  ~CliqueWatch() { informer_->Stop(); }
+
+  // From now on, assigns indexes in `clique` (at once for entries already there).
+  void ServeIndexes(const std::string& clique) {
+    std::optional<json> current;
+    {
+      std::lock_guard lock(mutex_);
+      served_.insert({clique, {}});
+      current = Current(clique);
+    }
+    if (current) OnChange(*current, false);
+  }
+
+  // Waits until `pred` holds for the clique (nullopt: absent).
+  bool WaitFor(const std::string& name, const std::function<bool(const std::optional<json>&)>& pred,
+               std::chrono::milliseconds bound = 30s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, bound, [&] { return pred(Current(name)); });
+  }
+  std::optional<json> Get(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    return Current(name);
+  }
+  // When each node's entry was first seen Ready.
+  std::optional<Clock::time_point> ReadySince(const std::string& clique, const std::string& node) {
+    std::lock_guard lock(mutex_);
+    auto it = first_ready_.find(clique + "/" + node);
+    if (it == first_ready_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::optional<json> Current(const std::string& name) {
+    auto it = cliques_.find(name);
+    if (it == cliques_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  void OnChange(const json& object, bool deleted) {
+    const std::string name = object["metadata"]["name"];
+    std::map<std::string, std::int64_t> to_apply;
+    {
+      std::lock_guard lock(mutex_);
+      if (deleted) {
+        cliques_.erase(name);
+      } else {
+        cliques_[name] = object;
+        for (const auto& [node, entry] : Entries(object)) {
+          if (entry.value("status", "") == "Ready") first_ready_.insert({name + "/" + node, Clock::now()});
+        }
+      }
+      auto served = served_.find(name);
+      if (!deleted && served != served_.end()) {
+        std::map<std::string, std::int64_t>& given = served->second;
+        const auto entries = Entries(object);
+        // Entries that left give their index back (gap-filling).
+        for (auto it = given.begin(); it != given.end();) {
+          it = entries.contains(it->first) ? std::next(it) : given.erase(it);
+        }
+        bool added = false;
+        for (const auto& [node, entry] : entries) {
+          if (given.contains(node)) continue;
+          std::int64_t index = 0;
+          while (std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.second == index; })) ++index;
+          given[node] = index;
+          added = true;
+        }
+        // Re-apply also when an index we own vanished (the entry was re-created).
+        for (const auto& [node, index] : given) {
+          if (!entries.at(node).contains("index")) added = true;
+        }
+        if (added) to_apply = given;
+      }
+    }
+    changed_.notify_all();
+    if (!to_apply.empty()) {
+      json daemons = json::array();
+      for (const auto& [node, index] : to_apply) daemons.push_back({{"nodeName", node}, {"index", index}});
+      json intent = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                     {"kind", "ComputeDomainClique"},
+                     {"metadata", {{"name", name}, {"namespace", kNamespace}}},
+                     {"daemons", daemons}};
+      k8s::PatchOptions options;
+      options.field_manager = kIndexWriter;
+      auto result = client_.Apply(k8s::resources::kComputeDomainCliques, kNamespace, intent, options);
+      if (!result.ok()) ADD_FAILURE() << "index writer: " << result.status();
+    }
+  }
+
+  k8s::Client& client_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, json> cliques_;
+  std::map<std::string, std::map<std::string, std::int64_t>> served_;
+  std::map<std::string, Clock::time_point> first_ready_;
+  std::unique_ptr<k8s::cache::Informer> informer_;
+};
+
+// One simulated node: a pod object, a folder and a daemon process.
+struct DaemonNode {
+  std::string node;
+  std::string ip;
+  std::string pod;
+  std::string pod_uid;
+  fs::path dir;
+  std::unique_ptr<PluginProcess> process;
+  Clock::time_point started;
+
+  fs::path imexd() const { return dir / "imexd"; }
+  fs::path hosts() const { return dir / "hosts"; }
+  fs::path log() const { return dir / "daemon.log"; }
+};
+
+class CdDaemonTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    env_ = new ClusterClient();
+    const std::string error = StartClusterClient(*env_, kNamespace);
+    ASSERT_EQ(error, "") << error;
+    ASSERT_TRUE(env_->cluster->Apply(StandInCliqueCrd()).ok());
+    ASSERT_TRUE(Eventually(
+        [] { return env_->client->List(k8s::resources::kComputeDomainCliques, kNamespace).ok(); }, 60s));
+    watch_ = new CliqueWatch(*env_->client);
+  }
+  static void TearDownTestSuite() {
+    delete watch_;
+    watch_ = nullptr;
+    delete env_;
+    env_ = nullptr;
+  }
+
+  // A fresh address block per test process: the simulated daemons bind
+  // <ip>:50000 and <ip>:50005, and other suites may run beside this one.
+  static std::string Ip(int host) {
+    return "127.213." + std::to_string(getpid() % 250 + 1) + "." + std::to_string(host);
+  }
+
+  std::unique_ptr<DaemonNode> MakeNode(const std::string& node, const std::string& ip) {
+    auto n = std::make_unique<DaemonNode>();
+    n->node = node;
+    n->ip = ip;
+    n->pod = "daemon-" + node;
+    std::string pattern = "/tmp/cd-daemon-" + node + "-XXXXXX";
+    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+    n->dir = pattern;
+    WriteFile(n->hosts(), "127.0.0.1\tlocalhost\n");
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", n->pod}, {"namespace", kNamespace}}},
+                // No scheduler serves this name: the pod stays an object.
+                {"spec",
+                 {{"schedulerName", "no-scheduler"},
+                  {"containers", json::array({{{"name", "daemon"}, {"image", "unused"}}})}}}};
+    auto created = env_->client->Create(k8s::resources::kPods, kNamespace, pod);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) n->pod_uid = (*created)["metadata"]["uid"];
+    return n;
+  }
+
+  static std::vector<std::string> DaemonEnv(const DaemonNode& n, const std::string& cd_uid, const std::string& clique) {
+    const std::string bin = NVDRA_SIMIMEX_DIR;
+    return {"PATH=" + bin + ":/usr/bin:/bin",
+            "KUBECONFIG=" + env_->cluster->kubeconfig().string(),
+            "CLIQUE_ID=" + clique,
+            "COMPUTE_DOMAIN_UUID=" + cd_uid,
+            "COMPUTE_DOMAIN_NAME=cd",
+            "COMPUTE_DOMAIN_NAMESPACE=user-ns",
+            "NODE_NAME=" + n.node,
+            "POD_IP=" + n.ip,
+            "POD_UID=" + n.pod_uid,
+            "POD_NAME=" + n.pod,
+            "POD_NAMESPACE=" + std::string(kNamespace),
+            "MAX_NODES_PER_IMEX_DOMAIN=18",
+            "IMEXD_DIR=" + n.imexd().string(),
+            "HOSTS_FILE=" + n.hosts().string(),
+            "IMEX_BINARY=" + bin + "/nvidia-imex",
+            "IMEX_CTL_BINARY=" + bin + "/nvidia-imex-ctl",
+            "IMEX_CONFIG_TEMPLATE=" + std::string(NVDRA_SOURCE_DIR) + "/templates/compute-domain-daemon-config.tmpl.cfg",
+            "IMEX_STOP_GRACE_SECONDS=5",
+            // The simulator resolves the DNS names through this node's hosts file.
+            "SIMIMEX_HOSTS_FILE=" + n.hosts().string()};
+  }
+
+  void StartDaemon(DaemonNode& n, const std::string& cd_uid, const std::string& clique = "1") {
+    n.process = std::make_unique<PluginProcess>(std::vector<std::string>{CD_DAEMON, "-v", "4", "run"},
+                                                DaemonEnv(n, cd_uid, clique), n.log());
+    n.started = Clock::now();
+    ASSERT_TRUE(n.process->Start());
+  }
+
+  int Check(const DaemonNode& n, const std::string& clique = "1") {
+    PluginProcess check({CD_DAEMON, "check"}, DaemonEnv(n, "unused", clique), n.dir / "check.log");
+    if (!check.Start()) return -1;
+    return check.WaitExit(30s).value_or(-1);
+  }
+
+  // nvidia-imex's pid: the daemon's main thread spawns it (ctl runs from the
+  // poller thread, so it is not in this list).
+  static pid_t ImexPid(const DaemonNode& n) {
+    std::istringstream children(
+        Slurp("/proc/" + std::to_string(n.process->pid()) + "/task/" + std::to_string(n.process->pid()) + "/children"));
+    pid_t pid = 0;
+    children >> pid;
+    return pid;
+  }
+
+  static std::string Log(const DaemonNode& n) { return "--- " + n.log().string() + ":\n" + Slurp(n.log()); }
+
+  static ClusterClient* env_;
+  static CliqueWatch* watch_;
+};
+
+ClusterClient* CdDaemonTest::env_ = nullptr;
+CliqueWatch* CdDaemonTest::watch_ = nullptr;
+
+TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
+  const std::string cd_a = "a1b2c3d4-0000-4000-8000-000000000001";
+  const std::string cd_b = "b1b2c3d4-0000-4000-8000-000000000002";
+  const std::string clique_b = cd_b + ".1";
+  std::vector<std::unique_ptr<DaemonNode>> nodes;
+  for (int i = 0; i < 4; ++i) nodes.push_back(MakeNode("node-" + std::to_string(i), Ip(i + 1)));
+  auto all_logs = [&] {
+    std::string out;
+    for (auto& n : nodes) out += Log(*n);
+    return out;
+  };
+
+  // Domain B's clique names node-0 with node-0's IP (as after a move between
+  // domains, upstream #1447): nothing of domain A may write it.
+  json b = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+            {"kind", "ComputeDomainClique"},
+            {"metadata", {{"name", clique_b}, {"namespace", kNamespace}}},
+            {"daemons", json::array({{{"nodeName", "node-0"}, {"ipAddress", nodes[0]->ip}, {"cliqueID", "1"},
+                                      {"index", 0}, {"status", "Ready"}}})}};
+  auto created_b = env_->client->Create(k8s::resources::kComputeDomainCliques, kNamespace, b);
+  ASSERT_TRUE(created_b.ok()) << created_b.status();
+  const std::string b_version = (*created_b)["metadata"]["resourceVersion"];
+
+  // The index writer serves from the start, as the controller would.
+  watch_->ServeIndexes(kClique);
+  for (auto& n : nodes) StartDaemon(*n, cd_a);
+  auto all_ready = [](const std::optional<json>& c) {
+    if (!c) return false;
+    auto entries = Entries(*c);
+    return entries.size() == 4 && std::all_of(entries.begin(), entries.end(), [](const auto& e) {
+             return e.second.value("status", "") == "Ready" && e.second.contains("index");
+           });
+  };
+  ASSERT_TRUE(watch_->WaitFor(kClique, all_ready, 60s)) << all_logs() << watch_->Get(kClique)->dump(1);
+
+  json clique = *watch_->Get(kClique);
+  std::map<std::string, std::int64_t> index_of;
+  for (const auto& [node, entry] : Entries(clique)) index_of[node] = entry["index"];
+  std::set<std::int64_t> indexes;
+  for (const auto& [node, index] : index_of) indexes.insert(index);
+  EXPECT_EQ(indexes, (std::set<std::int64_t>{0, 1, 2, 3}));
+  // Labels, one owner reference per pod, one field manager per node.
+  EXPECT_EQ(clique["metadata"]["labels"]["resource.nvidia.com/computeDomain"], cd_a);
+  EXPECT_EQ(clique["metadata"]["labels"]["resource.nvidia.com/computeDomain.cliqueID"], "1");
+  std::set<std::string> owners;
+  for (const json& ref : clique["metadata"]["ownerReferences"]) owners.insert(ref["uid"].get<std::string>());
+  std::set<std::string> pod_uids;
+  for (auto& n : nodes) pod_uids.insert(n->pod_uid);
+  EXPECT_EQ(owners, pod_uids);
+  std::set<std::string> managers;
+  for (const json& m : clique["metadata"]["managedFields"]) managers.insert(m["manager"].get<std::string>());
+  for (auto& n : nodes) EXPECT_TRUE(managers.contains("compute-domain-daemon@" + n->node)) << n->node;
+  // Only the index writer owns `index` fields; each daemon owns its own entry only.
+  for (const json& m : clique["metadata"]["managedFields"]) {
+    const std::string manager = m["manager"];
+    const json& daemons = m["fieldsV1"].value("f:daemons", json::object());
+    for (const auto& [key, fields] : daemons.items()) {
+      if (manager == kIndexWriter) continue;
+      EXPECT_FALSE(fields.contains("f:index")) << manager << " owns an index: " << key;
+      if (manager.starts_with("compute-domain-daemon@")) {
+        EXPECT_EQ(key, "k:{\"nodeName\":\"" + manager.substr(manager.find('@') + 1) + "\"}") << manager;
+      }
+    }
+  }
+
+  // The benchmark figure: daemon start to its Ready entry (includes the test
+  // index writer's round trip, as the controller's would).
+  std::vector<double> ms;
+  for (auto& n : nodes) {
+    auto ready = watch_->ReadySince(kClique, n->node);
+    ASSERT_TRUE(ready.has_value());
+    ms.push_back(std::chrono::duration<double, std::milli>(*ready - n->started).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  std::printf("BENCH cd_daemon.start_to_ready_ms min=%.1f median=%.1f max=%.1f (n=%zu)\n", ms.front(),
+              (ms[1] + ms[2]) / 2, ms.back(), ms.size());
+
+  // Files: the static nodes file, hosts mapping every peer by its index.
+  for (auto& n : nodes) {
+    std::string expected_nodes;
+    for (int i = 0; i < 18; ++i) expected_nodes += "compute-domain-daemon-" + std::string(i < 10 ? "000" : "00") + std::to_string(i) + "\n";
+    EXPECT_EQ(Slurp(n->imexd() / "nodes.cfg"), expected_nodes);
+    EXPECT_NE(Slurp(n->imexd() / "imexd.cfg").find("IMEX_CMD_BIND_INTERFACE_IP=" + n->ip + "\n"), std::string::npos);
+    EXPECT_TRUE(Eventually([&] {
+      const std::string hosts = Slurp(n->hosts());
+      bool ok = hosts.starts_with("127.0.0.1\tlocalhost\n# Compute Domain Daemon mappings\n");
+      for (auto& peer : nodes) {
+        char name[64];
+        std::snprintf(name, sizeof name, "%s\tcompute-domain-daemon-%04lld\n", peer->ip.c_str(),
+                      static_cast<long long>(index_of[peer->node]));
+        ok = ok && hosts.find(name) != std::string::npos;
+      }
+      return ok;
+    })) << n->node << ":\n" << Slurp(n->hosts());
+    EXPECT_EQ(Check(*n), 0) << n->node;
+  }
+  EXPECT_EQ(Check(*nodes[0], ""), 0) << "empty clique ID: the probe passes";
+
+  // A crash of nvidia-imex: NotReady at once (pidfd), then restarted and Ready.
+  DaemonNode& victim = *nodes[1];
+  const pid_t old_pid = ImexPid(victim);
+  ASSERT_GT(old_pid, 0);
+  const std::string victim_node = victim.node;
+  auto victim_status = [&](const std::string& want) {
+    return [=](const std::optional<json>& c) {
+      if (!c) return false;
+      auto entries = Entries(*c);
+      return entries.contains(victim_node) && entries[victim_node].value("status", "") == want;
+    };
+  };
+  const auto killed_at = Clock::now();
+  ASSERT_EQ(kill(old_pid, SIGKILL), 0);
+  ASSERT_TRUE(watch_->WaitFor(kClique, victim_status("NotReady"))) << Log(victim);
+  const double not_ready_ms = std::chrono::duration<double, std::milli>(Clock::now() - killed_at).count();
+  ASSERT_TRUE(watch_->WaitFor(kClique, victim_status("Ready"))) << Log(victim);
+  const double recovered_ms = std::chrono::duration<double, std::milli>(Clock::now() - killed_at).count();
+  std::printf("BENCH cd_daemon.imex_kill_to_not_ready_ms=%.1f kill_to_ready_again_ms=%.1f\n", not_ready_ms,
+              recovered_ms);
+  EXPECT_NE(ImexPid(victim), old_pid);
+  EXPECT_EQ(Entries(*watch_->Get(kClique))[victim_node]["index"], index_of[victim_node]) << "index kept";
+
+  // SIGTERM: the daemon removes its own entry and only that, stops
+  // nvidia-imex, exits 0; the others drop it from their hosts files.
+  DaemonNode& leaver = *nodes[3];
+  const pid_t leaver_imex = ImexPid(leaver);
+  ASSERT_EQ(kill(leaver.process->pid(), SIGTERM), 0);
+  EXPECT_EQ(leaver.process->WaitExit(30s), std::optional<int>(0)) << Log(leaver);
+  EXPECT_NE(kill(leaver_imex, 0), 0) << "nvidia-imex of the stopped daemon still runs";
+  const std::string leaver_node = leaver.node;
+  ASSERT_TRUE(watch_->WaitFor(kClique, [&](const std::optional<json>& c) {
+    return c && Entries(*c).size() == 3 && !Entries(*c).contains(leaver_node);
+  }));
+  for (const auto& [node, entry] : Entries(*watch_->Get(kClique))) {
+    EXPECT_EQ(entry["index"], index_of[node]) << node << ": no index changed";
+    EXPECT_EQ(entry.value("status", ""), "Ready") << node;
+  }
+  EXPECT_TRUE(Eventually([&] { return Slurp(nodes[0]->hosts()).find(leaver.ip + "\t") == std::string::npos; }))
+      << Slurp(nodes[0]->hosts());
+  EXPECT_EQ(Check(leaver), 1) << "its nvidia-imex is gone";
+
+  // Stop node-0 as well: domain B's clique, which names node-0 with the same
+  // IP, is untouched (not even a no-op write).
+  ASSERT_EQ(kill(nodes[0]->process->pid(), SIGTERM), 0);
+  EXPECT_EQ(nodes[0]->process->WaitExit(30s), std::optional<int>(0)) << Log(*nodes[0]);
+  auto b_now = env_->client->Get(k8s::resources::kComputeDomainCliques, kNamespace, clique_b);
+  ASSERT_TRUE(b_now.ok());
+  EXPECT_EQ((*b_now)["metadata"]["resourceVersion"], b_version) << b_now->dump(1);
+  EXPECT_EQ(Entries(*b_now).size(), 1u);
+
+  for (auto& n : nodes) n->process->Stop();
+  if (!std::getenv("CD_DAEMON_TEST_KEEP")) for (auto& n : nodes) fs::remove_all(n->dir);
+}
+
+TEST_F(CdDaemonTest, DaemonWaitsForItsIndexBeforeStartingImex) {
+  const std::string cd = "d1b2c3d4-0000-4000-8000-000000000004";
+  const std::string clique = cd + ".1";
+  auto n = MakeNode("node-waits", Ip(43));
+  StartDaemon(*n, cd);
+  const std::string node = n->node;
+  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) { return c && Entries(*c).contains(node); }))
+      << Log(*n);
+  const json entry = Entries(*watch_->Get(clique))[node];
+  EXPECT_FALSE(entry.contains("index")) << entry.dump();
+  EXPECT_EQ(entry.value("status", ""), "NotReady");
+  EXPECT_EQ(entry.value("ipAddress", ""), n->ip);
+  EXPECT_EQ(ImexPid(*n), 0) << "nvidia-imex started without an index";
+  const auto assigned_at = Clock::now();
+  watch_->ServeIndexes(clique);
+  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) {
+    return c && Entries(*c)[node].value("status", "") == "Ready";
+  })) << Log(*n);
+  std::printf("BENCH cd_daemon.index_assigned_to_ready_ms=%.1f\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - assigned_at).count());
+  EXPECT_EQ(Entries(*watch_->Get(clique))[node]["index"], 0);
+  ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
+  EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
+  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) { return c && Entries(*c).empty(); }));
+  fs::remove_all(n->dir);
+}
+
+TEST_F(CdDaemonTest, EmptyCliqueIdOnlyLabelsThePodAndWaitsForSigterm) {
+  auto n = MakeNode("node-noclique", Ip(40));
+  StartDaemon(*n, "c1b2c3d4-0000-4000-8000-000000000003", "");
+  ASSERT_TRUE(Eventually([&] {
+    auto pod = env_->client->Get(k8s::resources::kPods, kNamespace, n->pod);
+    return pod.ok() && (*pod)["metadata"].contains("labels") &&
+           (*pod)["metadata"]["labels"].contains("resource.nvidia.com/computeDomain.cliqueID");
+  })) << Log(*n);
+  auto pod = env_->client->Get(k8s::resources::kPods, kNamespace, n->pod);
+  EXPECT_EQ((*pod)["metadata"]["labels"]["resource.nvidia.com/computeDomain.cliqueID"], "");
+  EXPECT_FALSE(fs::exists(n->imexd() / "imexd.cfg"));
+  EXPECT_FALSE(watch_->Get("c1b2c3d4-0000-4000-8000-000000000003.").has_value());
+  ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
+  EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
+  fs::remove_all(n->dir);
+}
+
+TEST_F(CdDaemonTest, RunFailsFastWithoutComputeDomainUuid) {
+  auto n = MakeNode("node-nocdi", Ip(41));
+  StartDaemon(*n, "");
+  EXPECT_EQ(n->process->WaitExit(10s), std::optional<int>(1)) << Log(*n);
+  EXPECT_NE(Slurp(n->log()).find("COMPUTE_DOMAIN_UUID"), std::string::npos) << Log(*n);
+  fs::remove_all(n->dir);
+}
+
+TEST_F(CdDaemonTest, CheckFailsWithoutARunningImexDaemon) {
+  auto n = MakeNode("node-check", Ip(42));
+  fs::create_directories(n->imexd());
+  WriteFile(n->imexd() / "imexd.cfg", "IMEX_CMD_BIND_INTERFACE_IP=" + n->ip + "\nIMEX_CMD_PORT=50005\n");
+  EXPECT_EQ(Check(*n), 1);
+  EXPECT_EQ(Check(*n, ""), 0);
+  fs::remove_all(n->dir);
+}
+
+}  // namespace
+}  // namespace nvdra::testing

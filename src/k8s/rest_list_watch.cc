@@ -27,40 +27,87 @@ class RestWatchStream final : public cache::WatchStream {
 
 }  // namespace
 
+common::StatusOr<RestListWatch::PageMetadata> RestListWatch::ParseListPage(
+    std::string_view body, const cache::ListVisitor& visitor) {
+  using nlohmann::json;
+  // The callback sees every value as the parser finishes it; an item of the
+  // top-level "items" array (depth 2) is handed over and then dropped from
+  // the tree, so at most one item is ever parsed but not yet visited.
+  std::string top_key;
+  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key) {
+      top_key = parsed.get<std::string>();
+    } else if (depth == 2 && event == json::parse_event_t::object_end && top_key == "items") {
+      visitor.on_item(parsed);
+      return false;
+    }
+    return true;
+  };
+  json page = json::parse(body, callback, /*allow_exceptions=*/false);
+  if (page.is_discarded() || !page.is_object()) {
+    return common::DataLossError("list response is not a JSON object");
+  }
+  PageMetadata out;
+  if (auto metadata = page.find("metadata"); metadata != page.end() && metadata->is_object()) {
+    out.resource_version = metadata->value("resourceVersion", "");
+    out.continue_token = metadata->value("continue", "");
+  }
+  return out;
+}
+
 common::StatusOr<cache::ListResult> RestListWatch::List(const cache::ListOptions& options,
                                                         std::stop_token stop) {
+  cache::ListResult result;
+  cache::ListVisitor visitor;
+  visitor.on_item = [&](nlohmann::json& item) { result.items.push_back(std::move(item)); };
+  visitor.on_restart = [&] { result.items.clear(); };
+  common::StatusOr<std::string> resource_version = ListEach(options, stop, visitor);
+  if (!resource_version.ok()) return resource_version.status();
+  result.resource_version = *std::move(resource_version);
+  return result;
+}
+
+common::StatusOr<std::string> RestListWatch::ListEach(const cache::ListOptions& options,
+                                                      std::stop_token stop,
+                                                      const cache::ListVisitor& visitor) {
   for (int attempt = 0;; ++attempt) {
-    cache::ListResult result;
-    ListOptions page;
-    page.label_selector = options.label_selector;
-    page.field_selector = options.field_selector;
-    page.resource_version = options.resource_version;
-    page.limit = options.page_size;
+    std::string resource_version;
+    std::string continue_token;
     bool restart = false;
     while (true) {
-      ApiResult<nlohmann::json> list = client_.List(resource_, namespace_, page, stop);
-      if (!list.ok()) {
+      // The raw page, parsed here item by item: a list served from the API
+      // server's watch cache (resourceVersion "0") ignores the page size and
+      // comes back whole, and as one tree it would weigh ~9x its text.
+      RestRequest request;
+      request.path = resource_.Path(namespace_);
+      auto add = [&](const char* key, const std::string& value) {
+        if (!value.empty()) request.query.emplace_back(key, value);
+      };
+      add("labelSelector", options.label_selector);
+      add("fieldSelector", options.field_selector);
+      if (options.page_size > 0) request.query.emplace_back("limit", std::to_string(options.page_size));
+      add("continue", continue_token);
+      // Later pages come from the first page's snapshot; resourceVersion may
+      // not be combined with continue.
+      if (continue_token.empty()) add("resourceVersion", options.resource_version);
+      ApiResult<HttpResponse> page = client_.Do(request, stop);
+      if (!page.ok()) {
         // An expired continue token: the snapshot is gone, start over.
-        if (IsGone(list.status()) && !page.continue_token.empty() && attempt < kMaxListRestarts) {
+        if (IsGone(page.status()) && !continue_token.empty() && attempt < kMaxListRestarts) {
           restart = true;
           break;
         }
-        return list.status();
+        return page.status();
       }
-      nlohmann::json& body = *list;
-      if (auto items = body.find("items"); items != body.end() && items->is_array()) {
-        for (auto& item : *items) result.items.push_back(std::move(item));
+      common::StatusOr<PageMetadata> metadata = ParseListPage(page->body, visitor);
+      if (!metadata.ok()) {
+        return common::DataLossError("GET " + request.path + ": " + metadata.status().message());
       }
-      const nlohmann::json& metadata = body.value("metadata", nlohmann::json::object());
-      result.resource_version = metadata.value("resourceVersion", "");
-      std::string next = metadata.value("continue", "");
-      if (next.empty()) break;
-      page.continue_token = std::move(next);
-      // Later pages come from the first page's snapshot; resourceVersion may
-      // not be combined with continue.
-      page.resource_version.clear();
+      resource_version = std::move(metadata->resource_version);
+      if (metadata->continue_token.empty()) return resource_version;
+      continue_token = std::move(metadata->continue_token);
     }
-    if (!restart) return result;
+    if (restart && visitor.on_restart) visitor.on_restart();
   }
 }
 

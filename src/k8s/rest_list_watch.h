@@ -18,6 +18,7 @@
 #include <memory>
 #include <stop_token>
 #include <string>
+#include <string_view>
 
 #include "k8s/cache/list_watch.h"
 #include "k8s/client.h"
@@ -32,10 +33,22 @@ class RestListWatch final : public cache::ListWatch {
 
   common::StatusOr<cache::ListResult> List(const cache::ListOptions& options,
                                            std::stop_token stop) override;
+  // Each page is parsed item by item, so memory stays about one item above
+  // what the visitor keeps, even for a list the server sends in one piece.
+  common::StatusOr<std::string> ListEach(const cache::ListOptions& options, std::stop_token stop,
+                                         const cache::ListVisitor& visitor) override;
   common::StatusOr<std::unique_ptr<cache::WatchStream>> Watch(const cache::WatchOptions& options,
                                                               std::stop_token stop) override;
 
  private:
+  struct PageMetadata {
+    std::string resource_version;
+    std::string continue_token;
+  };
+  // Visits the items of one List page body; kDataLoss when it is not JSON.
+  static common::StatusOr<PageMetadata> ParseListPage(std::string_view body,
+                                                      const cache::ListVisitor& visitor);
+
   Client& client_;
   const ResourceRef resource_;
   const std::string namespace_;

@@ -10,10 +10,25 @@ namespace {
 
 // Same resourceVersion: the server guarantees the same object state, so the
 // watch replaying it (after a resume) is not a change.
-bool SameVersion(const nlohmann::json& a, const nlohmann::json& b) {
-  const std::string rv = ObjectResourceVersion(a);
-  return !rv.empty() && rv == ObjectResourceVersion(b);
+bool SameVersion(const PackedObject& a, const PackedObject& b) {
+  return !a.resource_version().empty() && a.resource_version() == b.resource_version();
 }
+
+// An object handed to handlers, unpacked on first use only: the cache keeps
+// objects packed, and most handlers never look at the old one.
+class LazyObject {
+ public:
+  LazyObject(PackedPtr packed, ObjectPtr object)
+      : packed_(std::move(packed)), object_(std::move(object)) {}
+  const ObjectPtr& get() {
+    if (object_ == nullptr && packed_ != nullptr) object_ = packed_->Unpack();
+    return object_;
+  }
+
+ private:
+  PackedPtr packed_;
+  ObjectPtr object_;
+};
 
 }  // namespace
 
@@ -129,32 +144,33 @@ std::optional<std::string> Informer::ListOnce(std::stop_token stop, bool from_ca
   if (from_cache) list_options.resource_version = "0";
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
-  common::StatusOr<ListResult> result = list_watch_->List(list_options, stop);
+  Replaced replaced;
+  ListVisitor visitor;
+  visitor.on_item = [&](nlohmann::json& item) {
+    common::StatusOr<std::string> key = ObjectKey(item);
+    if (!key.ok()) {
+      LOG_WARNING("list item skipped", {{"informer", options_.description}, {"err", key.status()}});
+      return;
+    }
+    replaced.items.push_back(store_.Prepare(*std::move(key), item));
+  };
+  visitor.on_restart = [&] { replaced.items.clear(); };
+  common::StatusOr<std::string> result = list_watch_->ListEach(list_options, stop, visitor);
   if (stop.stop_requested()) return std::nullopt;
   if (!result.ok()) {
     LOG_WARNING("list failed", {{"informer", options_.description}, {"err", result.status()}});
     return std::nullopt;
   }
-  if (result->resource_version.empty()) {
+  if (result->empty()) {
     // Watching from "" would start at "now" and silently skip whatever
     // changed since the list.
     LOG_WARNING("list has no resourceVersion", {{"informer", options_.description}});
     return std::nullopt;
   }
-  Replaced replaced;
-  replaced.objects.reserve(result->items.size());
-  for (nlohmann::json& item : result->items) {
-    common::StatusOr<std::string> key = ObjectKey(item);
-    if (!key.ok()) {
-      LOG_WARNING("list item skipped", {{"informer", options_.description}, {"err", key.status()}});
-      continue;
-    }
-    replaced.objects.emplace_back(*std::move(key),
-                                  std::make_shared<const nlohmann::json>(std::move(item)));
-  }
-  replaced.resource_version = result->resource_version;
+  replaced.items.shrink_to_fit();
+  replaced.resource_version = *std::move(result);
   LOG_INFO(3, "listed", {{"informer", options_.description},
-                         {"objects", replaced.objects.size()},
+                         {"objects", replaced.items.size()},
                          {"resourceVersion", replaced.resource_version}});
   std::string resource_version = replaced.resource_version;
   Enqueue(std::move(replaced));
@@ -218,8 +234,10 @@ Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::s
       LOG_WARNING("watch event skipped", {{"informer", options_.description}, {"err", key.status()}});
       continue;
     }
-    Enqueue(Changed{event.type, *std::move(key),
-                    std::make_shared<const nlohmann::json>(std::move(event.object))});
+    auto object = std::make_shared<const nlohmann::json>(std::move(event.object));
+    StoreItem item;
+    if (event.type != WatchEventType::kDeleted) item = store_.Prepare(*key, object);
+    Enqueue(Changed{event.type, *std::move(key), std::move(object), std::move(item)});
   }
 }
 
@@ -253,8 +271,10 @@ void Informer::RunDispatchLoop(std::stop_token stop) {
 void Informer::Dispatch(Pending& pending) {
   if (auto* replaced = std::get_if<Replaced>(&pending)) {
     std::vector<Delta> deltas =
-        store_.Replace(std::move(replaced->objects), std::move(replaced->resource_version));
-    for (const Delta& delta : deltas) Deliver(delta.type, delta.old_object, delta.new_object);
+        store_.Replace(std::move(replaced->items), std::move(replaced->resource_version));
+    for (const Delta& delta : deltas) {
+      Deliver(delta.type, delta.old_object, delta.new_object, nullptr);
+    }
     if (!list_applied_) {
       list_applied_ = true;
       {
@@ -267,20 +287,22 @@ void Informer::Dispatch(Pending& pending) {
     // The Store (its resourceVersion included) is updated before handlers
     // run, so a handler reading it sees the change it is told about.
     std::string version = ObjectResourceVersion(*changed->object);
-    ObjectPtr old;
+    PackedPtr old;
     std::optional<DeltaType> delta;
     if (changed->type == WatchEventType::kDeleted) {
-      old = store_.Delete(changed->key);
+      old = store_.Remove(changed->key);
       if (old != nullptr) delta = DeltaType::kDeleted;
     } else {
-      old = store_.Get(changed->key);
-      if (old == nullptr || !SameVersion(*old, *changed->object)) {
-        store_.Upsert(changed->key, changed->object);
+      old = store_.GetPacked(changed->key);
+      if (old == nullptr || !SameVersion(*old, *changed->item.object)) {
+        store_.Put(std::move(changed->item));
         delta = old == nullptr ? DeltaType::kAdded : DeltaType::kUpdated;
       }
     }
     if (!version.empty()) store_.SetResourceVersion(std::move(version));
-    if (delta) Deliver(*delta, old, changed->object);
+    // A watch delete carries the final state: handlers get it, not the
+    // cached one.
+    if (delta) Deliver(*delta, old, nullptr, changed->object);
   } else if (auto* bookmarked = std::get_if<Bookmarked>(&pending)) {
     store_.SetResourceVersion(std::move(bookmarked->resource_version));
   } else if (auto* registered = std::get_if<Registered>(&pending)) {
@@ -291,19 +313,25 @@ void Informer::Dispatch(Pending& pending) {
   }
 }
 
-void Informer::Deliver(DeltaType type, const ObjectPtr& old_object, const ObjectPtr& new_object) {
+void Informer::Deliver(DeltaType type, const PackedPtr& old_object, const PackedPtr& new_packed,
+                       ObjectPtr new_object) {
+  LazyObject old_lazy(old_object, nullptr);
+  LazyObject new_lazy(new_packed, std::move(new_object));
   for (const EventHandler& handler : handlers_) {
     switch (type) {
       case DeltaType::kAdded:
-        if (handler.on_add) handler.on_add(new_object);
+        if (handler.on_add) handler.on_add(new_lazy.get());
         break;
       case DeltaType::kUpdated:
-        if (handler.on_update) handler.on_update(old_object, new_object);
+        if (handler.on_update) handler.on_update(old_lazy.get(), new_lazy.get());
         break;
       case DeltaType::kDeleted:
         // A watch delete carries the final state; a relist delete only the
-        // last cached one (new_object is null then).
-        if (handler.on_delete) handler.on_delete(new_object != nullptr ? new_object : old_object);
+        // last cached one (there is no new object then).
+        if (handler.on_delete) {
+          const ObjectPtr& now = new_lazy.get();
+          handler.on_delete(now != nullptr ? now : old_lazy.get());
+        }
         break;
     }
   }

@@ -18,7 +18,9 @@
 //    backoff resets once a list succeeds or a watch delivers an event.
 //
 // Threads: two, owned and joined by the informer. The watch thread talks to
-// the API server; the dispatch thread applies what it read to the Store and
+// the API server and packs what it reads for the Store (running the index
+// functions; a list is packed item by item as it is read, so it is never
+// held whole as JSON trees); the dispatch thread applies what it read to the Store and
 // then calls handlers, so a handler sees the Store already holding the
 // change. Handlers run on the dispatch thread, one call at a time, in event
 // order, with no lock held; they may read the Store and call
@@ -126,14 +128,17 @@ class Informer {
 
  private:
   // What the watch thread hands the dispatch thread.
+  // Objects arrive prepared (packed and indexed) by the watch thread, so the
+  // dispatch thread only swaps them in.
   struct Replaced {  // a (re)list result
-    std::vector<std::pair<std::string, ObjectPtr>> objects;
+    std::vector<StoreItem> items;
     std::string resource_version;
   };
   struct Changed {  // an ADDED, MODIFIED or DELETED watch event
     WatchEventType type;
     std::string key;
-    ObjectPtr object;
+    ObjectPtr object;  // the event's object, for handlers
+    StoreItem item;    // `object` prepared; empty for DELETED
   };
   struct Bookmarked {
     std::string resource_version;
@@ -161,7 +166,9 @@ class Informer {
 
   void RunDispatchLoop(std::stop_token stop);
   void Dispatch(Pending& pending);
-  void Deliver(DeltaType type, const ObjectPtr& old_object, const ObjectPtr& new_object);
+  // Unpacks old and new objects only when a handler is given them.
+  void Deliver(DeltaType type, const PackedPtr& old_object, const PackedPtr& new_packed,
+               ObjectPtr new_object);
 
   const InformerOptions options_;
   workqueue::Clock& clock_;

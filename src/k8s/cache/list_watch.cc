@@ -1,6 +1,7 @@
 #include "k8s/cache/list_watch.h"
 
 #include <string>
+#include <utility>
 
 namespace nvdra::k8s::cache {
 namespace {
@@ -35,6 +36,14 @@ common::StatusOr<WatchEventType> ParseWatchEventType(std::string_view name) {
   if (name == "ERROR") return WatchEventType::kError;
   return common::InvalidArgumentError("watch event type \"" + std::string(name) +
                                       "\": want ADDED, MODIFIED, DELETED, BOOKMARK or ERROR");
+}
+
+common::StatusOr<std::string> ListWatch::ListEach(const ListOptions& options, std::stop_token stop,
+                                                  const ListVisitor& visitor) {
+  common::StatusOr<ListResult> result = List(options, stop);
+  if (!result.ok()) return result.status();
+  for (nlohmann::json& item : result->items) visitor.on_item(item);
+  return std::move(result->resource_version);
 }
 
 common::Status GoneError(std::string_view message) { return common::OutOfRangeError(message); }

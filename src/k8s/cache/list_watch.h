@@ -2,8 +2,8 @@
 
 // What an informer needs from the API server: a full list and a watch from a
 // resourceVersion. The REST client adapts to this interface; tests script it.
-// Defines: ListOptions, ListResult, WatchOptions, WatchEventType, WatchEvent,
-// WatchStream, ListWatch, GoneError(), IsGone(), WatchErrorToStatus(),
+// Defines: ListOptions, ListResult, ListVisitor, WatchOptions, WatchEventType,
+// WatchEvent, WatchStream, ListWatch, GoneError(), IsGone(), WatchErrorToStatus(),
 // ObjectResourceVersion().
 //
 // Errors are common::Status codes. HTTP 410 Gone ("too old resource
@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -50,6 +51,15 @@ struct ListResult {
   std::vector<nlohmann::json> items;
   // The list's metadata.resourceVersion: where a watch continues from.
   std::string resource_version;
+};
+
+// Receives a list's items one at a time (ListWatch::ListEach).
+struct ListVisitor {
+  // One item, a complete object, to move from or copy.
+  std::function<void(nlohmann::json& item)> on_item;
+  // The list starts over (its snapshot expired midway): forget every item
+  // received so far. May be empty when the caller keeps nothing.
+  std::function<void()> on_restart;
 };
 
 struct WatchOptions {
@@ -105,6 +115,15 @@ class ListWatch {
   // over itself rather than returning half a list. kCancelled when `stop` is
   // requested; other errors as in the file comment.
   virtual common::StatusOr<ListResult> List(const ListOptions& options, std::stop_token stop) = 0;
+
+  // The same list, handed to `visitor` item by item as it is read, so that a
+  // caller converting items (the informer packs them) never holds the whole
+  // list as JSON trees at once; the list's resourceVersion is the result.
+  // On error, items already visited belong to no complete list. The default
+  // calls List() and visits its items; implementations override it to bound
+  // their memory to about one item.
+  virtual common::StatusOr<std::string> ListEach(const ListOptions& options, std::stop_token stop,
+                                                 const ListVisitor& visitor);
 
   // Opens a watch. IsGone() when options.resource_version is too old (the
   // caller relists); kCancelled when `stop` is requested while connecting.

@@ -29,11 +29,11 @@ std::string MetadataString(const nlohmann::json& object, const char* field) {
   std::abort();
 }
 
-bool SameObject(const nlohmann::json& a, const nlohmann::json& b) {
-  const std::string rv_a = ObjectResourceVersion(a);
-  const std::string rv_b = ObjectResourceVersion(b);
-  if (!rv_a.empty() && !rv_b.empty()) return rv_a == rv_b;
-  return a == b;
+bool SameObject(const PackedObject& a, const PackedObject& b) {
+  if (!a.resource_version().empty() && !b.resource_version().empty()) {
+    return a.resource_version() == b.resource_version();
+  }
+  return a.SameContent(b);
 }
 
 }  // namespace
@@ -92,18 +92,37 @@ Store::Store(std::vector<Indexer> indexers) : indexers_(std::move(indexers)) {
   indexes_.resize(indexers_.size());
 }
 
+namespace {
+
+// Unpacks outside the store's lock: decoding is the slow part of a read.
+std::vector<ObjectPtr> UnpackAll(const std::vector<PackedPtr>& packed) {
+  std::vector<ObjectPtr> out;
+  out.reserve(packed.size());
+  for (const PackedPtr& object : packed) out.push_back(object->Unpack());
+  return out;
+}
+
+}  // namespace
+
 ObjectPtr Store::Get(std::string_view key) const {
+  PackedPtr packed = GetPacked(key);
+  return packed == nullptr ? nullptr : packed->Unpack();
+}
+
+PackedPtr Store::GetPacked(std::string_view key) const {
   std::shared_lock lock(entries_mutex_);
   auto it = entries_.find(key);
   return it == entries_.end() ? nullptr : it->second.object;
 }
 
 std::vector<ObjectPtr> Store::List() const {
-  std::shared_lock lock(entries_mutex_);
-  std::vector<ObjectPtr> out;
-  out.reserve(entries_.size());
-  for (const auto& [key, entry] : entries_) out.push_back(entry.object);
-  return out;
+  std::vector<PackedPtr> packed;
+  {
+    std::shared_lock lock(entries_mutex_);
+    packed.reserve(entries_.size());
+    for (const auto& [key, entry] : entries_) packed.push_back(entry.object);
+  }
+  return UnpackAll(packed);
 }
 
 std::vector<std::string> Store::ListKeys() const {
@@ -118,17 +137,19 @@ common::StatusOr<std::vector<ObjectPtr>> Store::ByIndex(std::string_view index,
                                                         std::string_view value) const {
   const int position = IndexPosition(index);
   if (position < 0) return common::NotFoundError("no index \"" + std::string(index) + "\"");
-  std::shared_lock lock(entries_mutex_);
-  std::vector<ObjectPtr> out;
-  const auto& by_value = indexes_[static_cast<std::size_t>(position)];
-  auto keys = by_value.find(value);
-  if (keys == by_value.end()) return out;
-  out.reserve(keys->second.size());
-  for (const std::string& key : keys->second) {
-    auto entry = entries_.find(key);
-    if (entry != entries_.end()) out.push_back(entry->second.object);
+  std::vector<PackedPtr> packed;
+  {
+    std::shared_lock lock(entries_mutex_);
+    const auto& by_value = indexes_[static_cast<std::size_t>(position)];
+    auto keys = by_value.find(value);
+    if (keys == by_value.end()) return std::vector<ObjectPtr>();
+    packed.reserve(keys->second.size());
+    for (const std::string& key : keys->second) {
+      auto entry = entries_.find(key);
+      if (entry != entries_.end()) packed.push_back(entry->second.object);
+    }
   }
-  return out;
+  return UnpackAll(packed);
 }
 
 common::StatusOr<std::vector<std::string>> Store::IndexValues(std::string_view index) const {
@@ -152,43 +173,53 @@ std::string Store::ResourceVersion() const {
   return resource_version_;
 }
 
-ObjectPtr Store::Upsert(const std::string& key, ObjectPtr object) {
-  if (object == nullptr) Die("Upsert(" + key + ") with a null object");
-  Entry entry{object, ComputeIndexValues(*object)};
+StoreItem Store::Prepare(std::string key, const ObjectPtr& object) const {
+  if (object == nullptr) Die("Prepare(" + key + ") with a null object");
+  return StoreItem{std::move(key), std::make_shared<const PackedObject>(object),
+                   ComputeIndexValues(*object)};
+}
+
+StoreItem Store::Prepare(std::string key, const nlohmann::json& object) const {
+  return StoreItem{std::move(key), std::make_shared<const PackedObject>(object),
+                   ComputeIndexValues(object)};
+}
+
+PackedPtr Store::Put(StoreItem item) {
+  CheckItem(item);
+  Entry entry{std::move(item.object), std::move(item.index_values)};
   std::unique_lock lock(entries_mutex_);
-  ObjectPtr old;
-  auto it = entries_.find(key);
+  PackedPtr old;
+  auto it = entries_.find(item.key);
   if (it != entries_.end()) {
-    old = it->second.object;
-    UnindexLocked(key, it->second);
+    old = std::move(it->second.object);
+    UnindexLocked(it->first, it->second);
     it->second = std::move(entry);
   } else {
-    it = entries_.emplace(key, std::move(entry)).first;
+    it = entries_.emplace(std::move(item.key), std::move(entry)).first;
   }
-  IndexLocked(key, it->second);
+  IndexLocked(it->first, it->second);
   return old;
 }
 
-ObjectPtr Store::Delete(std::string_view key) {
+PackedPtr Store::Remove(std::string_view key) {
   std::unique_lock lock(entries_mutex_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
-  ObjectPtr old = it->second.object;
+  PackedPtr old = std::move(it->second.object);
   UnindexLocked(it->first, it->second);
   entries_.erase(it);
   return old;
 }
 
-std::vector<Delta> Store::Replace(std::vector<std::pair<std::string, ObjectPtr>> objects,
-                                  std::string resource_version) {
-  // Index functions are user code: run them before taking the lock.
+std::vector<Delta> Store::Replace(std::vector<StoreItem> items, std::string resource_version) {
   StringMap<Entry> incoming;
-  incoming.reserve(objects.size());
-  for (auto& [key, object] : objects) {
-    if (object == nullptr) Die("Replace with a null object for " + key);
-    Entry entry{object, ComputeIndexValues(*object)};
-    incoming.insert_or_assign(std::move(key), std::move(entry));
+  incoming.reserve(items.size());
+  for (StoreItem& item : items) {
+    CheckItem(item);
+    incoming.insert_or_assign(std::move(item.key),
+                              Entry{std::move(item.object), std::move(item.index_values)});
   }
+  items = {};
 
   std::vector<Delta> deltas;
   std::unique_lock lock(entries_mutex_);
@@ -201,21 +232,49 @@ std::vector<Delta> Store::Replace(std::vector<std::pair<std::string, ObjectPtr>>
     UnindexLocked(it->first, it->second);
     it = entries_.erase(it);
   }
-  for (auto& [key, entry] : incoming) {
+  entries_.reserve(incoming.size());
+  while (!incoming.empty()) {
+    // Moved out node by node, so the incoming map shrinks as the store grows.
+    auto node = incoming.extract(incoming.begin());
+    const std::string& key = node.key();
+    Entry& entry = node.mapped();
     auto it = entries_.find(key);
     if (it == entries_.end()) {
       deltas.push_back(Delta{DeltaType::kAdded, key, nullptr, entry.object});
-      IndexLocked(key, entries_.emplace(key, std::move(entry)).first->second);
+      auto inserted = entries_.insert(std::move(node)).position;
+      IndexLocked(inserted->first, inserted->second);
       continue;
     }
     if (SameObject(*it->second.object, *entry.object)) continue;
     deltas.push_back(Delta{DeltaType::kUpdated, key, it->second.object, entry.object});
     UnindexLocked(key, it->second);
     it->second = std::move(entry);
-    IndexLocked(key, it->second);
+    IndexLocked(it->first, it->second);
   }
   resource_version_ = std::move(resource_version);
   return deltas;
+}
+
+ObjectPtr Store::Upsert(const std::string& key, ObjectPtr object) {
+  if (object == nullptr) Die("Upsert(" + key + ") with a null object");
+  PackedPtr old = Put(Prepare(key, object));
+  return old == nullptr ? nullptr : old->Unpack();
+}
+
+ObjectPtr Store::Delete(std::string_view key) {
+  PackedPtr old = Remove(key);
+  return old == nullptr ? nullptr : old->Unpack();
+}
+
+std::vector<Delta> Store::Replace(std::vector<std::pair<std::string, ObjectPtr>> objects,
+                                  std::string resource_version) {
+  std::vector<StoreItem> items;
+  items.reserve(objects.size());
+  for (auto& [key, object] : objects) {
+    if (object == nullptr) Die("Replace with a null object for " + key);
+    items.push_back(Prepare(std::move(key), object));
+  }
+  return Replace(std::move(items), std::move(resource_version));
 }
 
 void Store::SetResourceVersion(std::string resource_version) {
@@ -228,6 +287,13 @@ std::vector<std::vector<std::string>> Store::ComputeIndexValues(const nlohmann::
   values.reserve(indexers_.size());
   for (const Indexer& indexer : indexers_) values.push_back(indexer.values(object));
   return values;
+}
+
+void Store::CheckItem(const StoreItem& item) const {
+  if (item.object == nullptr) Die("write of " + item.key + " with a null object");
+  if (item.index_values.size() != indexers_.size()) {
+    Die("write of " + item.key + " with index values not from this store's Prepare");
+  }
 }
 
 int Store::IndexPosition(std::string_view index) const {

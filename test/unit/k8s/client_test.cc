@@ -2,6 +2,7 @@
 // errors by idempotency) and watch stream decoding, over a fake transport.
 
 #include "k8s/client.h"
+#include "k8s/rest_list_watch.h"
 
 #include <gtest/gtest.h>
 
@@ -279,6 +280,61 @@ TEST(Watch, RejectsMalformedLines) {
   EXPECT_EQ(ParseWatchEvent("nope").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseWatchEvent(R"({"type":"SOMETHING","object":{}})").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseWatchEvent(R"({"type":"ADDED"})").status().code(), StatusCode::kInvalidArgument);
+}
+
+// The informer's list: pages visited item by item; an expired continue token
+// starts the list over (visitor told to forget); resourceVersion only on the
+// first page.
+TEST(RestListWatch, ListEachVisitsItemsOfEveryPageAndRestartsOnExpiredContinue) {
+  Fixture f;
+  f.transport->Answer(200, R"({"metadata":{"resourceVersion":"9","continue":"c1"},
+      "items":[{"metadata":{"name":"a","labels":{"items":"x"}}},{"metadata":{"name":"b"}}]})");
+  f.transport->Answer(410, R"({"kind":"Status","code":410,"reason":"Expired","message":"too old"})");
+  f.transport->Answer(200, R"({"metadata":{"resourceVersion":"11","continue":"c2"},"items":[{"metadata":{"name":"a"}}]})");
+  f.transport->Answer(200, R"({"kind":"ConfigMapList","items":[{"metadata":{"name":"c"},"data":{"items":[1]}}],
+      "metadata":{"resourceVersion":"11"}})");
+  RestListWatch list_watch(*f.client, resources::kConfigMaps, "ns");
+  std::vector<json> items;
+  int restarts = 0;
+  cache::ListVisitor visitor;
+  visitor.on_item = [&](json& item) { items.push_back(std::move(item)); };
+  visitor.on_restart = [&] {
+    ++restarts;
+    items.clear();
+  };
+  cache::ListOptions options;
+  options.resource_version = "0";
+  options.page_size = 1;
+  StatusOr<std::string> rv = list_watch.ListEach(options, {}, visitor);
+  ASSERT_TRUE(rv.ok()) << rv.status();
+  EXPECT_EQ(*rv, "11");
+  EXPECT_EQ(restarts, 1);
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0], json::parse(R"({"metadata":{"name":"a"}})"));
+  EXPECT_EQ(items[1], json::parse(R"({"metadata":{"name":"c"},"data":{"items":[1]}})"))
+      << "nested \"items\" keys are not list items";
+  ASSERT_EQ(f.transport->requests.size(), 4u);
+  EXPECT_EQ(f.transport->requests[0].path, "/api/v1/namespaces/ns/configmaps?limit=1&resourceVersion=0");
+  EXPECT_EQ(f.transport->requests[1].path, "/api/v1/namespaces/ns/configmaps?limit=1&continue=c1");
+  EXPECT_EQ(f.transport->requests[3].path, "/api/v1/namespaces/ns/configmaps?limit=1&continue=c2");
+
+  // List() collects the same way.
+  f.transport->Answer(200, R"({"metadata":{"resourceVersion":"12"},"items":[{"metadata":{"name":"d"}}]})");
+  StatusOr<cache::ListResult> listed = list_watch.List(options, {});
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->resource_version, "12");
+  ASSERT_EQ(listed->items.size(), 1u);
+  EXPECT_EQ(listed->items[0]["metadata"]["name"], "d");
+}
+
+TEST(RestListWatch, ListEachRejectsABodyThatIsNotJson) {
+  Fixture f;
+  f.transport->Answer(200, R"({"metadata":{},"items":[{"metadata":{"name":"a"}},)");
+  RestListWatch list_watch(*f.client, resources::kConfigMaps, "");
+  cache::ListVisitor visitor;
+  visitor.on_item = [](json&) {};
+  StatusOr<std::string> rv = list_watch.ListEach({}, {}, visitor);
+  EXPECT_EQ(rv.status().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -54,6 +54,52 @@ TEST(StoreTest, GetReturnsTheSharedSnapshotNotACopy) {
   EXPECT_EQ(store.size(), 0u);
 }
 
+TEST(StoreTest, AnObjectNobodyHoldsIsUnpackedIntoAnEqualFreshTree) {
+  Store store;
+  json original = Object("ns", "a", "1", {{"app", "gpu"}})->get<json>();
+  original["spec"] = {{"n", -3}, {"big", 18446744073709551615ULL}, {"f", 0.25}, {"list", {1, "x", nullptr, true}}};
+  store.Upsert("ns/a", std::make_shared<const json>(original));  // dropped at once
+  ObjectPtr first = store.Get("ns/a");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(*first, original);
+  // Trees decoded for readers are each the reader's own (equal, not shared).
+  ObjectPtr second = store.Get("ns/a");
+  EXPECT_NE(second.get(), first.get());
+  EXPECT_EQ(*second, original);
+  EXPECT_EQ(store.GetPacked("ns/a")->resource_version(), "1");
+  EXPECT_EQ(Names(*store.ByIndex(kLabelIndex, "app=gpu")), (std::vector<std::string>{"ns/a"}));
+}
+
+TEST(StoreTest, PrepareThenPutAndRemoveWorkOnPackedObjects) {
+  Store store;
+  StoreItem item = store.Prepare("ns/a", json{{"metadata", {{"name", "a"}, {"namespace", "ns"},
+                                                             {"resourceVersion", "4"}}}});
+  EXPECT_EQ(item.key, "ns/a");
+  ASSERT_EQ(item.index_values.size(), 2u);
+  EXPECT_EQ(item.index_values[0], (std::vector<std::string>{"ns"}));
+  EXPECT_EQ(store.Put(std::move(item)), nullptr);
+  PackedPtr old = store.Put(store.Prepare("ns/a", Object("ns", "a", "5")));
+  ASSERT_NE(old, nullptr);
+  EXPECT_EQ(old->resource_version(), "4");
+  EXPECT_EQ(store.GetPacked("ns/a")->resource_version(), "5");
+  EXPECT_EQ(store.Remove("ns/a")->resource_version(), "5");
+  EXPECT_EQ(store.Remove("ns/a"), nullptr);
+  EXPECT_EQ(store.size(), 0u);
+}
+
+TEST(StoreTest, ReplaceWithoutResourceVersionsComparesContent) {
+  Store store;
+  auto bare = [](int n) {
+    return std::make_shared<const json>(json{{"metadata", {{"name", "x"}}}, {"n", n}});
+  };
+  store.Upsert("x", bare(1));
+  EXPECT_TRUE(store.Replace({{"x", bare(1)}}, "2").empty());
+  std::vector<Delta> deltas = store.Replace({{"x", bare(2)}}, "3");
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(deltas[0].type, DeltaType::kUpdated);
+  EXPECT_EQ((*store.Get("x"))["n"], 2);
+}
+
 TEST(StoreTest, NamespaceIndexSeparatesNamespacesAndClusterScope) {
   Store store;
   Put(store, Object("ns1", "a", "1"));
@@ -115,11 +161,11 @@ TEST(StoreTest, ReplaceReportsExactlyTheDifference) {
   ASSERT_EQ(deltas.size(), 3u);
   EXPECT_EQ(deltas[0].key, "ns/b");
   EXPECT_EQ(deltas[0].type, DeltaType::kUpdated);
-  EXPECT_EQ((*deltas[0].old_object)["metadata"]["resourceVersion"], "1");
-  EXPECT_EQ((*deltas[0].new_object)["metadata"]["resourceVersion"], "5");
+  EXPECT_EQ((*deltas[0].old_object->Unpack())["metadata"]["resourceVersion"], "1");
+  EXPECT_EQ((*deltas[0].new_object->Unpack())["metadata"]["resourceVersion"], "5");
   EXPECT_EQ(deltas[1].key, "ns/c");
   EXPECT_EQ(deltas[1].type, DeltaType::kDeleted);
-  EXPECT_EQ(deltas[1].old_object.get(), c.get()) << "a delete carries the last cached object";
+  EXPECT_EQ(deltas[1].old_object->Unpack().get(), c.get()) << "a delete carries the last cached object";
   EXPECT_EQ(deltas[2].key, "ns/d");
   EXPECT_EQ(deltas[2].type, DeltaType::kAdded);
   EXPECT_EQ(store.Get("ns/a").get(), a.get()) << "an unchanged object keeps its snapshot";

@@ -57,6 +57,10 @@ int Run(const CLI::App& app, const computedomain::DaemonConfig& config, const co
                    .pod_namespace = config.pod_namespace,
                    .pod_uid = config.pod_uid,
                    .pod_ip = config.pod_ip},
+      .store = gates.Enabled(common::kComputeDomainCliques) ? computedomain::MembershipStore::kClique
+                                                            : computedomain::MembershipStore::kComputeDomainStatus,
+      .compute_domain_name = config.compute_domain_name,
+      .compute_domain_namespace = config.compute_domain_namespace,
       .dns_names = dns_names,
       .max_nodes = config.max_nodes_per_imex_domain,
       .imexd_dir = config.imexd_dir,

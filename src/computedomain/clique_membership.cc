@@ -20,16 +20,32 @@ std::string StringField(const json& object, const char* key) {
 // How often RemoveEntry re-reads after a failed test before giving up.
 constexpr int kRemoveAttempts = 5;
 
+// Where the list is and what its key is called.
+const json* EntryList(const json& object, MembershipStore store) {
+  const json* list = &object;
+  if (store == MembershipStore::kComputeDomainStatus) {
+    auto status = object.find("status");
+    if (status == object.end() || !status->is_object()) return nullptr;
+    list = &*status;
+  }
+  auto entries = list->find(store == MembershipStore::kClique ? "daemons" : "nodes");
+  return entries != list->end() && entries->is_array() ? &*entries : nullptr;
+}
+const char* KeyField(MembershipStore store) { return store == MembershipStore::kClique ? "nodeName" : "name"; }
+std::string ListPointer(MembershipStore store) {
+  return store == MembershipStore::kClique ? "/daemons" : "/status/nodes";
+}
+
 }  // namespace
 
-std::vector<CliqueMember> CliqueMembers(const json& clique) {
+std::vector<CliqueMember> CliqueMembers(const json& object, MembershipStore store) {
   std::vector<CliqueMember> out;
-  auto daemons = clique.find("daemons");
-  if (daemons == clique.end() || !daemons->is_array()) return out;
+  const json* daemons = EntryList(object, store);
+  if (daemons == nullptr) return out;
   for (const json& entry : *daemons) {
     if (!entry.is_object()) continue;
     CliqueMember member;
-    member.node_name = StringField(entry, "nodeName");
+    member.node_name = StringField(entry, KeyField(store));
     if (member.node_name.empty()) continue;
     member.ip_address = StringField(entry, "ipAddress");
     member.clique_id = StringField(entry, "cliqueID");
@@ -42,10 +58,19 @@ std::vector<CliqueMember> CliqueMembers(const json& clique) {
   return out;
 }
 
-CliqueMembership::CliqueMembership(k8s::Client& client, DaemonIdentity identity)
+CliqueMembership::CliqueMembership(k8s::Client& client, DaemonIdentity identity, MembershipStore store,
+                                   std::string cd_name, std::string cd_namespace)
     : client_(client),
       identity_(std::move(identity)),
-      clique_name_(identity_.compute_domain_uid + "." + identity_.clique_id) {}
+      store_(store),
+      object_name_(store == MembershipStore::kClique ? identity_.compute_domain_uid + "." + identity_.clique_id
+                                                      : std::move(cd_name)),
+      object_namespace_(store == MembershipStore::kClique ? identity_.pod_namespace : std::move(cd_namespace)) {}
+
+const k8s::ResourceRef& CliqueMembership::resource() const {
+  return store_ == MembershipStore::kClique ? k8s::resources::kComputeDomainCliques
+                                            : k8s::resources::kComputeDomains;
+}
 
 std::string CliqueMembership::field_manager() const { return "compute-domain-daemon@" + identity_.node_name; }
 
@@ -57,63 +82,65 @@ Status CliqueMembership::LabelPod(std::stop_token stop) {
 }
 
 k8s::ApiResult<json> CliqueMembership::ApplyEntry(std::string_view status, std::stop_token stop) {
-  json intent = {
-      {"apiVersion", "resource.nvidia.com/v1beta1"},
-      {"kind", "ComputeDomainClique"},
-      {"metadata",
-       {{"name", clique_name_},
-        {"namespace", identity_.pod_namespace},
-        {"labels",
-         {{std::string(kComputeDomainLabel), identity_.compute_domain_uid},
-          {std::string(kComputeDomainCliqueLabel), identity_.clique_id}}},
-        {"ownerReferences", json::array({{{"apiVersion", "v1"},
-                                          {"kind", "Pod"},
-                                          {"name", identity_.pod_name},
-                                          {"uid", identity_.pod_uid}}})}}},
-      {"daemons", json::array({{{"nodeName", identity_.node_name},
-                                {"ipAddress", identity_.pod_ip},
-                                {"cliqueID", identity_.clique_id},
-                                {"status", std::string(status)}}})}};
+  json entry = {{KeyField(store_), identity_.node_name},
+                {"ipAddress", identity_.pod_ip},
+                {"cliqueID", identity_.clique_id},
+                {"status", std::string(status)}};
+  json intent = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                 {"metadata", {{"name", object_name_}, {"namespace", object_namespace_}}}};
+  k8s::PatchOptions options;
+  options.field_manager = field_manager();
   // force: the entry is this node's by its key; a previous daemon on this
   // node that wrote it with another manager (an upgrade from a driver that
   // used Update) must not block us. The index is not in the intent, so
   // forcing cannot take it from the index writer.
-  k8s::PatchOptions options;
-  options.field_manager = field_manager();
   options.force = true;
-  return client_.Apply(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, intent, options, stop);
+  if (store_ == MembershipStore::kClique) {
+    intent["kind"] = "ComputeDomainClique";
+    intent["metadata"]["labels"] = {{std::string(kComputeDomainLabel), identity_.compute_domain_uid},
+                                    {std::string(kComputeDomainCliqueLabel), identity_.clique_id}};
+    intent["metadata"]["ownerReferences"] = json::array(
+        {{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", identity_.pod_name}, {"uid", identity_.pod_uid}}});
+    intent["daemons"] = json::array({std::move(entry)});
+  } else {
+    intent["kind"] = "ComputeDomain";
+    intent["status"] = {{"nodes", json::array({std::move(entry)})}};
+    options.subresource = "status";
+  }
+  return client_.Apply(resource(), object_namespace_, intent, options, stop);
 }
 
 Status CliqueMembership::RemoveEntry(std::stop_token stop) {
   for (int attempt = 1;; ++attempt) {
-    auto clique = client_.Get(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, clique_name_, {}, stop);
-    if (k8s::IsNotFound(clique.status())) return common::OkStatus();
-    if (!clique.ok()) return clique.status();
-    const json* daemons = clique->contains("daemons") ? &(*clique)["daemons"] : nullptr;
+    auto object = client_.Get(resource(), object_namespace_, object_name_, {}, stop);
+    if (k8s::IsNotFound(object.status())) return common::OkStatus();
+    if (!object.ok()) return object.status();
+    const json* daemons = EntryList(*object, store_);
     std::optional<size_t> position;
     for (size_t i = 0; daemons != nullptr && daemons->is_array() && i < daemons->size(); ++i) {
       const json& entry = (*daemons)[i];
-      if (entry.is_object() && StringField(entry, "nodeName") == identity_.node_name &&
+      if (entry.is_object() && StringField(entry, KeyField(store_)) == identity_.node_name &&
           StringField(entry, "ipAddress") == identity_.pod_ip) {
         position = i;
         break;
       }
     }
     if (!position) return common::OkStatus();
-    const std::string path = fmt::format("/daemons/{}", *position);
+    const std::string path = fmt::format("{}/{}", ListPointer(store_), *position);
     k8s::PatchOptions options;
     options.field_manager = field_manager();
-    const json patch = json::array({{{"op", "test"}, {"path", path + "/nodeName"}, {"value", identity_.node_name}},
+    if (store_ == MembershipStore::kComputeDomainStatus) options.subresource = "status";
+    const json patch = json::array({{{"op", "test"}, {"path", path + "/" + KeyField(store_)}, {"value", identity_.node_name}},
                                     {{"op", "test"}, {"path", path + "/ipAddress"}, {"value", identity_.pod_ip}},
                                     {{"op", "remove"}, {"path", path}}});
-    auto result = client_.Patch(k8s::resources::kComputeDomainCliques, identity_.pod_namespace, clique_name_,
+    auto result = client_.Patch(resource(), object_namespace_, object_name_,
                                 k8s::PatchType::kJson, patch, options, stop);
     if (result.ok() || k8s::IsNotFound(result.status())) return common::OkStatus();
     // A failed test op is 422 (kInvalidArgument); the list moved under us.
     if (!k8s::IsInvalid(result.status()) && !k8s::IsConflict(result.status())) return result.status();
     if (attempt >= kRemoveAttempts) return result.status();
     LOG_INFO(3, "clique changed while leaving it; reading it again",
-             {{"clique", clique_name_}, {"err", result.status()}});
+             {{"object", object_name_}, {"err", result.status()}});
   }
 }
 

@@ -58,7 +58,13 @@ struct DaemonIdentity {
   std::string pod_ip;
 };
 
-// One entry of a clique's daemons[], as read.
+// Where the entries live. Upstream's gate ComputeDomainCliques (default on)
+// picks the clique object; off, they are the ComputeDomain's status.nodes[]
+// (keyed by `name`, written through the status subresource; no labels or
+// owner references there). Both are list-maps, so the same apply works.
+enum class MembershipStore { kClique, kComputeDomainStatus };
+
+// One entry of a clique's daemons[] (or of a ComputeDomain's status.nodes[]), as read.
 struct CliqueMember {
   std::string node_name;
   std::string ip_address;
@@ -67,17 +73,25 @@ struct CliqueMember {
   std::string status;
 };
 
-// The entries of a ComputeDomainClique object (entries without nodeName are
-// skipped).
-std::vector<CliqueMember> CliqueMembers(const nlohmann::json& clique);
+// The entries of a ComputeDomainClique object, or of a ComputeDomain's
+// status for kComputeDomainStatus (entries without their key are skipped).
+std::vector<CliqueMember> CliqueMembers(const nlohmann::json& object,
+                                        MembershipStore store = MembershipStore::kClique);
 
 class CliqueMembership {
  public:
-  CliqueMembership(k8s::Client& client, DaemonIdentity identity);
+  // With kComputeDomainStatus, `cd_name`/`cd_namespace` name the
+  // ComputeDomain (COMPUTE_DOMAIN_NAME/NAMESPACE).
+  CliqueMembership(k8s::Client& client, DaemonIdentity identity, MembershipStore store = MembershipStore::kClique,
+                   std::string cd_name = "", std::string cd_namespace = "");
 
   const DaemonIdentity& identity() const { return identity_; }
-  // "<cdUID>.<cliqueID>".
-  const std::string& clique_name() const { return clique_name_; }
+  MembershipStore store() const { return store_; }
+  // The object holding the entries: the clique "<cdUID>.<cliqueID>" in the
+  // pod's namespace, or the ComputeDomain.
+  const std::string& clique_name() const { return object_name_; }
+  const std::string& object_namespace() const { return object_namespace_; }
+  const k8s::ResourceRef& resource() const;
   std::string field_manager() const;
 
   // Merge-patches the pod's label kComputeDomainCliqueLabel = clique ID
@@ -87,7 +101,8 @@ class CliqueMembership {
   // Applies this node's entry {nodeName, ipAddress, cliqueID, status} with
   // the clique's labels and this pod's owner reference, creating the clique
   // if missing. Returns the clique as the server now has it. API errors as
-  // the Client's.
+  // the Client's. kComputeDomainStatus: {name, ...} into status.nodes of an
+  // existing ComputeDomain (kNotFound while it is absent).
   k8s::ApiResult<nlohmann::json> ApplyEntry(std::string_view status, std::stop_token stop = {});
 
   // Removes this node's entry if it still carries this pod's IP. Absent
@@ -98,7 +113,9 @@ class CliqueMembership {
  private:
   k8s::Client& client_;
   const DaemonIdentity identity_;
-  const std::string clique_name_;
+  const MembershipStore store_;
+  const std::string object_name_;
+  const std::string object_namespace_;
 };
 
 }  // namespace nvdra::computedomain

@@ -60,7 +60,8 @@ std::string JoinMapping(const std::map<std::int64_t, std::string>& ip_by_index) 
 ImexDaemon::ImexDaemon(k8s::Client& client, ImexDaemonOptions options)
     : client_(client),
       options_(std::move(options)),
-      membership_(client, options_.identity),
+      membership_(client, options_.identity, options_.store, options_.compute_domain_name,
+                  options_.compute_domain_namespace),
       config_path_(options_.imexd_dir / "imexd.cfg"),
       nodes_path_(options_.imexd_dir / "nodes.cfg") {}
 
@@ -105,16 +106,22 @@ Status ImexDaemon::Run(std::stop_token stop) {
   std::stop_callback wake_on_stop(stop, [this] { Wake(); });
 
   const DaemonIdentity& id = options_.identity;
-  LOG_INFO(0, "joining clique", {{"clique", membership_.clique_name()}, {"namespace", id.pod_namespace},
+  LOG_INFO(0, "joining clique", {{"clique", membership_.clique_name()}, {"namespace", membership_.object_namespace()},
+                                 {"store", options_.store == MembershipStore::kClique ? "clique" : "cdStatus"},
                                  {"node", id.node_name}, {"ip", id.pod_ip}, {"dnsNames", options_.dns_names}});
 
   k8s::cache::InformerOptions informer_options;
-  informer_options.description = "computedomaincliques " + membership_.clique_name();
+  informer_options.description = membership_.resource().resource + " " + membership_.clique_name();
   informer_options.field_selector = "metadata.name=" + membership_.clique_name();
   informer_ = std::make_unique<k8s::cache::Informer>(
-      std::make_unique<k8s::RestListWatch>(client_, k8s::resources::kComputeDomainCliques, id.pod_namespace),
+      std::make_unique<k8s::RestListWatch>(client_, membership_.resource(), membership_.object_namespace()),
       std::move(informer_options));
   auto keep = [this](const k8s::cache::ObjectPtr& object) {
+    // A ComputeDomain of the same name but another UID is not ours.
+    if (object && options_.store == MembershipStore::kComputeDomainStatus &&
+        object->value("/metadata/uid"_json_pointer, std::string()) != options_.identity.compute_domain_uid) {
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       clique_ = object ? std::optional<json>(*object) : std::nullopt;
@@ -218,7 +225,7 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   const std::int64_t version = ResourceVersionOf(*clique);
   if (version != 0 && version < processed_version_) return;  // older than what we already acted on
   processed_version_ = std::max(processed_version_, version);
-  const std::vector<CliqueMember> members = CliqueMembers(*clique);
+  const std::vector<CliqueMember> members = CliqueMembers(*clique, options_.store);
   const DaemonIdentity& id = options_.identity;
   auto own = std::find_if(members.begin(), members.end(),
                           [&](const CliqueMember& m) { return m.node_name == id.node_name; });

@@ -1,8 +1,9 @@
 #pragma once
 
 // ImexDaemon: the body of `compute-domain-daemon run` for a node with a
-// clique ID. It joins the clique (CliqueMembership), writes imexd.cfg and the
-// nodes file, follows the clique with an informer (one object, by name),
+// clique ID. It joins the clique (CliqueMembership; or the ComputeDomain's
+// status.nodes with gate ComputeDomainCliques off), writes imexd.cfg and the
+// nodes file, follows that object with an informer (one object, by name),
 // maps peers to nvidia-imex, supervises nvidia-imex, and mirrors its
 // readiness into this node's entry.
 //
@@ -65,6 +66,10 @@ namespace nvdra::computedomain {
 
 struct ImexDaemonOptions {
   DaemonIdentity identity;
+  // Gate ComputeDomainCliques off: entries in the ComputeDomain's status.
+  MembershipStore store = MembershipStore::kClique;
+  std::string compute_domain_name;       // for kComputeDomainStatus
+  std::string compute_domain_namespace;  // for kComputeDomainStatus
   bool dns_names = true;  // gate IMEXDaemonsWithDNSNames
   int max_nodes = 18;     // --max-nodes-per-imex-domain
   std::filesystem::path imexd_dir = "/imexd";

@@ -110,11 +110,58 @@ std::string Slurp(const fs::path& path) {
 }
 
 // The daemons of a clique as nodeName -> entry.
+// For a ComputeDomain: its status.nodes as name -> entry.
 std::map<std::string, json> Entries(const json& clique) {
   std::map<std::string, json> out;
+  if (clique.value("kind", "") == "ComputeDomain") {
+    if (!clique.contains("status") || !clique["status"].contains("nodes")) return out;
+    for (const json& e : clique["status"]["nodes"]) out[e.value("name", "")] = e;
+    return out;
+  }
   if (!clique.contains("daemons")) return out;
   for (const json& e : clique["daemons"]) out[e.value("nodeName", "")] = e;
   return out;
+}
+
+// STAND-IN for the chart's computedomains CRD (issue 9): status subresource,
+// status.nodes a list-map keyed by name with `index` optional.
+json StandInComputeDomainCrd() {
+  json node = {{"type", "object"},
+               {"required", json::array({"name", "ipAddress", "cliqueID"})},
+               {"properties",
+                {{"name", {{"type", "string"}}},
+                 {"ipAddress", {{"type", "string"}}},
+                 {"cliqueID", {{"type", "string"}}},
+                 {"index", {{"type", "integer"}}},
+                 {"status", {{"type", "string"}, {"enum", json::array({"Ready", "NotReady"})}, {"default", "NotReady"}}}}}};
+  json schema = {{"type", "object"},
+                 {"x-kubernetes-preserve-unknown-fields", true},
+                 {"properties",
+                  {{"status",
+                    {{"type", "object"},
+                     {"x-kubernetes-preserve-unknown-fields", true},
+                     {"properties",
+                      {{"nodes",
+                        {{"type", "array"},
+                         {"x-kubernetes-list-type", "map"},
+                         {"x-kubernetes-list-map-keys", json::array({"name"})},
+                         {"items", node}}}}}}}}}};
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "computedomains.resource.nvidia.com"}}},
+          {"spec",
+           {{"group", "resource.nvidia.com"},
+            {"scope", "Namespaced"},
+            {"names",
+             {{"kind", "ComputeDomain"},
+              {"listKind", "ComputeDomainList"},
+              {"plural", "computedomains"},
+              {"singular", "computedomain"}}},
+            {"versions", json::array({{{"name", "v1beta1"},
+                                       {"served", true},
+                                       {"storage", true},
+                                       {"subresources", {{"status", json::object()}}},
+                                       {"schema", {{"openAPIV3Schema", schema}}}}})}}}};
 }
 
 // Follows every clique of the namespace; waits are woken by watch events.
@@ -123,11 +170,12 @@ std::map<std::string, json> Entries(const json& clique) {
 // kIndexWriter, indexes stable once given).
 class CliqueWatch {
  public:
-  explicit CliqueWatch(k8s::Client& client) : client_(client) {
+  explicit CliqueWatch(k8s::Client& client, const k8s::ResourceRef& resource = k8s::resources::kComputeDomainCliques)
+      : client_(client) {
     k8s::cache::InformerOptions options;
-    options.description = "cliques";
+    options.description = resource.resource;
     informer_ = std::make_unique<k8s::cache::Informer>(
-        std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques, kNamespace),
+        std::make_unique<k8s::RestListWatch>(client, resource, kNamespace),
         std::move(options));
     auto changed = [this](const k8s::cache::ObjectPtr& object) { OnChange(*object, false); };
     informer_->AddEventHandler(
@@ -256,13 +304,19 @@ class CdDaemonTest : public ::testing::Test {
     const std::string error = StartClusterClient(*env_, kNamespace);
     ASSERT_EQ(error, "") << error;
     ASSERT_TRUE(env_->cluster->Apply(StandInCliqueCrd()).ok());
-    ASSERT_TRUE(Eventually(
-        [] { return env_->client->List(k8s::resources::kComputeDomainCliques, kNamespace).ok(); }, 60s));
+    ASSERT_TRUE(env_->cluster->Apply(StandInComputeDomainCrd()).ok());
+    ASSERT_TRUE(Eventually([] {
+      return env_->client->List(k8s::resources::kComputeDomainCliques, kNamespace).ok() &&
+             env_->client->List(k8s::resources::kComputeDomains, kNamespace).ok();
+    }, 60s));
     watch_ = new CliqueWatch(*env_->client);
+    cd_watch_ = new CliqueWatch(*env_->client, k8s::resources::kComputeDomains);
   }
   static void TearDownTestSuite() {
     delete watch_;
     watch_ = nullptr;
+    delete cd_watch_;
+    cd_watch_ = nullptr;
     delete env_;
     env_ = nullptr;
   }
@@ -319,9 +373,16 @@ class CdDaemonTest : public ::testing::Test {
             "SIMIMEX_HOSTS_FILE=" + n.hosts().string()};
   }
 
-  void StartDaemon(DaemonNode& n, const std::string& cd_uid, const std::string& clique = "1") {
-    n.process = std::make_unique<PluginProcess>(std::vector<std::string>{CD_DAEMON, "-v", "4", "run"},
-                                                DaemonEnv(n, cd_uid, clique), n.log());
+  void StartDaemon(DaemonNode& n, const std::string& cd_uid, const std::string& clique = "1",
+                   const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> env = DaemonEnv(n, cd_uid, clique);
+    // An extra entry replaces the default of the same name.
+    for (const std::string& e : extra_env) {
+      const std::string key = e.substr(0, e.find('=') + 1);
+      std::erase_if(env, [&](const std::string& x) { return x.starts_with(key); });
+      env.push_back(e);
+    }
+    n.process = std::make_unique<PluginProcess>(std::vector<std::string>{CD_DAEMON, "-v", "4", "run"}, env, n.log());
     n.started = Clock::now();
     ASSERT_TRUE(n.process->Start());
   }
@@ -346,10 +407,12 @@ class CdDaemonTest : public ::testing::Test {
 
   static ClusterClient* env_;
   static CliqueWatch* watch_;
+  static CliqueWatch* cd_watch_;
 };
 
 ClusterClient* CdDaemonTest::env_ = nullptr;
 CliqueWatch* CdDaemonTest::watch_ = nullptr;
+CliqueWatch* CdDaemonTest::cd_watch_ = nullptr;
 
 TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   const std::string cd_a = "a1b2c3d4-0000-4000-8000-000000000001";
@@ -529,6 +592,55 @@ TEST_F(CdDaemonTest, DaemonWaitsForItsIndexBeforeStartingImex) {
   EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
   ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) { return c && Entries(*c).empty(); }));
   fs::remove_all(n->dir);
+}
+
+// Gates IMEXDaemonsWithDNSNames and ComputeDomainCliques off (upstream's
+// legacy path): entries in the ComputeDomain's status.nodes, nodes.cfg lists
+// the peers' IPs, and nvidia-imex restarts when that list changes.
+TEST_F(CdDaemonTest, IpModeListsPeerIpsInTheDomainStatusAndRestartsImexOnChange) {
+  json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+             {"kind", "ComputeDomain"},
+             {"metadata", {{"name", "cd-ip"}, {"namespace", kNamespace}}},
+             {"spec", {{"numNodes", 3}, {"channel", {{"resourceClaimTemplate", {{"name", "cd-ip-channel"}}}}}}}};
+  auto created = env_->client->Create(k8s::resources::kComputeDomains, kNamespace, cd);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string uid = (*created)["metadata"]["uid"];
+  const std::vector<std::string> gates = {"FEATURE_GATES=IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false",
+                                          "COMPUTE_DOMAIN_NAME=cd-ip",
+                                          "COMPUTE_DOMAIN_NAMESPACE=" + std::string(kNamespace)};
+  std::vector<std::unique_ptr<DaemonNode>> nodes;
+  for (int i = 0; i < 3; ++i) nodes.push_back(MakeNode("node-ip-" + std::to_string(i), Ip(50 + i)));
+  for (auto& n : nodes) StartDaemon(*n, uid, "1", gates);
+  auto ready_count = [](size_t want) {
+    return [want](const std::optional<json>& c) {
+      if (!c) return false;
+      auto entries = Entries(*c);
+      return entries.size() == want && std::all_of(entries.begin(), entries.end(), [](const auto& e) {
+               return e.second.value("status", "") == "Ready";
+             });
+    };
+  };
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(3), 60s))
+      << Log(*nodes[0]) << Log(*nodes[1]) << Log(*nodes[2]);
+  for (auto& n : nodes) {
+    EXPECT_TRUE(Eventually([&] {
+      return Slurp(n->imexd() / "nodes.cfg") == nodes[0]->ip + "\n" + nodes[1]->ip + "\n" + nodes[2]->ip + "\n";
+    })) << Slurp(n->imexd() / "nodes.cfg");
+    EXPECT_EQ(Slurp(n->hosts()), "127.0.0.1\tlocalhost\n") << "IP mode leaves the hosts file alone";
+  }
+  const pid_t before = ImexPid(*nodes[0]);
+  ASSERT_EQ(kill(nodes[2]->process->pid(), SIGTERM), 0);
+  EXPECT_EQ(nodes[2]->process->WaitExit(30s), std::optional<int>(0)) << Log(*nodes[2]);
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(2), 60s)) << Log(*nodes[0]);
+  EXPECT_TRUE(Eventually([&] {
+    return Slurp(nodes[0]->imexd() / "nodes.cfg") == nodes[0]->ip + "\n" + nodes[1]->ip + "\n";
+  })) << Slurp(nodes[0]->imexd() / "nodes.cfg");
+  EXPECT_TRUE(Eventually([&] { return ImexPid(*nodes[0]) != before && ImexPid(*nodes[0]) != 0; }))
+      << "nvidia-imex was not restarted for the new peer list";
+  EXPECT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(2))) << "Ready again after the restart";
+  for (auto& n : nodes) n->process->Stop();
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(0)));
+  for (auto& n : nodes) fs::remove_all(n->dir);
 }
 
 TEST_F(CdDaemonTest, EmptyCliqueIdOnlyLabelsThePodAndWaitsForSigterm) {

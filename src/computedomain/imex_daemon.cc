@@ -234,7 +234,9 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   if (options_.dns_names) {
     UpdatePeersDnsNames(members);
   } else {
-    UpdatePeersIps(members);
+    // Upstream's IP mode waits until every expected node is listed
+    // (spec.numNodes of the ComputeDomain; 0: not gated here).
+    UpdatePeersIps(members, clique->value("/spec/numNodes"_json_pointer, std::int64_t{0}));
   }
 }
 
@@ -280,8 +282,13 @@ void ImexDaemon::UpdatePeersDnsNames(const std::vector<CliqueMember>& members) {
   if (own_index_known_ && !imex_ && !restart_at_) StartImex();
 }
 
-void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members) {
+void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members, std::int64_t num_nodes) {
   const DaemonIdentity& id = options_.identity;
+  if (num_nodes > 0 && static_cast<std::int64_t>(members.size()) != num_nodes) {
+    LOG_INFO(2, "waiting for all nodes of the domain before (re)configuring nvidia-imex",
+             {{"numNodes", num_nodes}, {"seen", members.size()}});
+    return;
+  }
   std::vector<std::pair<std::string, std::string>> by_node;
   bool own = false;
   for (const CliqueMember& member : members) {

@@ -15,8 +15,9 @@
 // mapping changes later. nvidia-imex ignores a SIGUSR1 that comes within 5 s
 // of the previous one, so a change inside that window is signalled when the
 // window ends instead of being lost (upstream sends it and loses it).
-// Peers, IP mode: the nodes file lists the IPs of same-clique entries;
-// nvidia-imex is restarted when that list changes.
+// Peers, IP mode: once the ComputeDomain lists spec.numNodes entries (when
+// set), the nodes file lists the IPs of same-clique entries; nvidia-imex is
+// restarted when that list changes.
 //
 // Supervision: nvidia-imex's exit is seen at once through its pidfd (no 1 s
 // ticker); the entry turns NotReady right away and the process is restarted
@@ -104,7 +105,9 @@ class ImexDaemon {
   // Loop steps (the Run thread).
   void OnCliqueChanged(const nlohmann::json* clique);
   void UpdatePeersDnsNames(const std::vector<CliqueMember>& members);
-  void UpdatePeersIps(const std::vector<CliqueMember>& members);
+  // `num_nodes` > 0: act only when exactly that many entries exist (all
+  // cliques counted), as upstream's IP mode.
+  void UpdatePeersIps(const std::vector<CliqueMember>& members, std::int64_t num_nodes);
   void StartImex();
   void StopImex();
   void OnImexExited();

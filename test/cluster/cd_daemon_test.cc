@@ -628,16 +628,23 @@ TEST_F(CdDaemonTest, IpModeListsPeerIpsInTheDomainStatusAndRestartsImexOnChange)
     })) << Slurp(n->imexd() / "nodes.cfg");
     EXPECT_EQ(Slurp(n->hosts()), "127.0.0.1\tlocalhost\n") << "IP mode leaves the hosts file alone";
   }
+  // One node leaves: with 2 of numNodes=3 listed nothing is reconfigured
+  // (upstream); a replacement node completes the set with a new IP, and
+  // nvidia-imex restarts with it.
   const pid_t before = ImexPid(*nodes[0]);
   ASSERT_EQ(kill(nodes[2]->process->pid(), SIGTERM), 0);
   EXPECT_EQ(nodes[2]->process->WaitExit(30s), std::optional<int>(0)) << Log(*nodes[2]);
   ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(2), 60s)) << Log(*nodes[0]);
+  EXPECT_EQ(ImexPid(*nodes[0]), before);
+  nodes.push_back(MakeNode("node-ip-3", Ip(53)));
+  StartDaemon(*nodes[3], uid, "1", gates);
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(3), 60s)) << Log(*nodes[3]);
   EXPECT_TRUE(Eventually([&] {
-    return Slurp(nodes[0]->imexd() / "nodes.cfg") == nodes[0]->ip + "\n" + nodes[1]->ip + "\n";
+    return Slurp(nodes[0]->imexd() / "nodes.cfg") == nodes[0]->ip + "\n" + nodes[1]->ip + "\n" + nodes[3]->ip + "\n";
   })) << Slurp(nodes[0]->imexd() / "nodes.cfg");
   EXPECT_TRUE(Eventually([&] { return ImexPid(*nodes[0]) != before && ImexPid(*nodes[0]) != 0; }))
       << "nvidia-imex was not restarted for the new peer list";
-  EXPECT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(2))) << "Ready again after the restart";
+  EXPECT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(3))) << "Ready again after the restart";
   for (auto& n : nodes) n->process->Stop();
   ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(0)));
   for (auto& n : nodes) fs::remove_all(n->dir);

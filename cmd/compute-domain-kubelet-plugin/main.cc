@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/allocator.h"
 #include "common/feature_gates.h"
 #include "common/flags.h"
 #include "common/log.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   common::AddCommonFlags(app, common_flags, computedomain::kPluginBinaryName);
   computedomain::AddPluginFlags(app, config);
   if (auto exit_code = common::ParseFlags(app, argc, argv)) return *exit_code;
+  common::LimitMallocArenas();
 
   common::StatusOr<common::FeatureGates> gates = common::ApplyCommonFlags(common_flags);
   if (!gates.ok()) return common::ExitForBadFlags(app, gates.status());

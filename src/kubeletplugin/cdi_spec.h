@@ -155,9 +155,9 @@ class CdiSpecWriter {
 
   // Validates `spec` and writes it to <root>/<file_name> atomically: a
   // temporary "<file_name>.<random>.tmp" in the root (ignored by runtimes:
-  // not .json/.yaml), fsync, rename over any old file, fsync of the root, so
-  // a runtime never reads half a spec and a crash leaves the old or the new
-  // one. Creates the root (0755) when missing. `file_name` is a plain name.
+  // not .json/.yaml), fsync, rename over any old file, so a runtime never
+  // reads half a spec and a crash leaves the old or the new one (the root is
+  // not fsynced: see Write). Creates the root (0755) when missing. `file_name` is a plain name.
   // kInvalidArgument for a bad spec or name; errno-mapped codes for I/O.
   [[nodiscard]] common::Status Write(const CdiSpec& spec, std::string_view file_name) const;
 

@@ -33,8 +33,9 @@ class CheckpointStore {
 
   // Replaces the file with EncodeCheckpoint(checkpoint): a temporary file in
   // the same directory (created, with the directory, when missing), written,
-  // fsynced, renamed over the old one, then the directory fsynced so the
-  // rename survives a power loss. On error the temporary file is removed and
+  // fsynced, renamed over the old one. The directory is not fsynced: a power
+  // loss that undoes the rename is a reboot, and LoadForBoot discards the
+  // previous boot's checkpoint anyway. On error the temporary file is removed and
   // the old file is untouched. Errors: errno mappings naming the path.
   [[nodiscard]] common::Status Store(const Checkpoint& checkpoint) const;
 

@@ -81,7 +81,8 @@ class ChildProcess {
   ExitInfo Terminate(std::chrono::milliseconds grace);
 
  private:
-  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd output) : pid_(pid), pidfd_(std::move(pidfd)), output_(std::move(output)) {}
+  ChildProcess(pid_t pid, UniqueFd pidfd, UniqueFd output)
+      : pid_(pid), pidfd_(std::move(pidfd)), output_(std::move(output)) {}
   void KillAndReap();
 
   pid_t pid_ = -1;

@@ -130,7 +130,8 @@ Status CliqueMembership::RemoveEntry(std::stop_token stop) {
     k8s::PatchOptions options;
     options.field_manager = field_manager();
     if (store_ == MembershipStore::kComputeDomainStatus) options.subresource = "status";
-    const json patch = json::array({{{"op", "test"}, {"path", path + "/" + KeyField(store_)}, {"value", identity_.node_name}},
+    const json patch =
+        json::array({{{"op", "test"}, {"path", path + "/" + KeyField(store_)}, {"value", identity_.node_name}},
                                     {{"op", "test"}, {"path", path + "/ipAddress"}, {"value", identity_.pod_ip}},
                                     {{"op", "remove"}, {"path", path}}});
     auto result = client_.Patch(resource(), object_namespace_, object_name_,

@@ -52,6 +52,7 @@ using namespace std::chrono_literals;
 constexpr char kNamespace[] = "cd-daemon-test";
 constexpr char kClique[] = "a1b2c3d4-0000-4000-8000-000000000001.1";
 constexpr char kIndexWriter[] = "test-index-writer";
+const json kStatusSchema = {{"type", "string"}, {"enum", json::array({"Ready", "NotReady"})}, {"default", "NotReady"}};
 
 // STAND-IN for the chart's computedomaincliques CRD until issue 9 lands it:
 // only what the daemon relies on — namespaced, resource.nvidia.com/v1beta1,
@@ -66,7 +67,7 @@ json StandInCliqueCrd() {
                   {"ipAddress", {{"type", "string"}}},
                   {"cliqueID", {{"type", "string"}}},
                   {"index", {{"type", "integer"}}},
-                  {"status", {{"type", "string"}, {"enum", json::array({"Ready", "NotReady"})}, {"default", "NotReady"}}}}}};
+                  {"status", kStatusSchema}}}};
   json schema = {{"type", "object"},
                  {"x-kubernetes-preserve-unknown-fields", true},
                  {"properties",
@@ -133,7 +134,7 @@ json StandInComputeDomainCrd() {
                  {"ipAddress", {{"type", "string"}}},
                  {"cliqueID", {{"type", "string"}}},
                  {"index", {{"type", "integer"}}},
-                 {"status", {{"type", "string"}, {"enum", json::array({"Ready", "NotReady"})}, {"default", "NotReady"}}}}}};
+                 {"status", kStatusSchema}}}};
   json schema = {{"type", "object"},
                  {"x-kubernetes-preserve-unknown-fields", true},
                  {"properties",
@@ -367,7 +368,8 @@ class CdDaemonTest : public ::testing::Test {
             "HOSTS_FILE=" + n.hosts().string(),
             "IMEX_BINARY=" + bin + "/nvidia-imex",
             "IMEX_CTL_BINARY=" + bin + "/nvidia-imex-ctl",
-            "IMEX_CONFIG_TEMPLATE=" + std::string(NVDRA_SOURCE_DIR) + "/templates/compute-domain-daemon-config.tmpl.cfg",
+            "IMEX_CONFIG_TEMPLATE=" + std::string(NVDRA_SOURCE_DIR) +
+                "/templates/compute-domain-daemon-config.tmpl.cfg",
             "IMEX_STOP_GRACE_SECONDS=5",
             // The simulator resolves the DNS names through this node's hosts file.
             "SIMIMEX_HOSTS_FILE=" + n.hosts().string()};
@@ -494,7 +496,9 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   // Files: the static nodes file, hosts mapping every peer by its index.
   for (auto& n : nodes) {
     std::string expected_nodes;
-    for (int i = 0; i < 18; ++i) expected_nodes += "compute-domain-daemon-" + std::string(i < 10 ? "000" : "00") + std::to_string(i) + "\n";
+    for (int i = 0; i < 18; ++i) {
+      expected_nodes += "compute-domain-daemon-" + std::string(i < 10 ? "000" : "00") + std::to_string(i) + "\n";
+    }
     EXPECT_EQ(Slurp(n->imexd() / "nodes.cfg"), expected_nodes);
     EXPECT_NE(Slurp(n->imexd() / "imexd.cfg").find("IMEX_CMD_BIND_INTERFACE_IP=" + n->ip + "\n"), std::string::npos);
     EXPECT_TRUE(Eventually([&] {

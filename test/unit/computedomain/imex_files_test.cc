@@ -27,7 +27,8 @@ TEST(RenderImexConfigTest, UnknownVariableAndUnclosedBracesNameTheLine) {
 }
 
 TEST(RenderImexConfigTest, ShippedTemplateRendersEveryKeyTheDriverSets) {
-  auto text = ReadWholeFile(std::filesystem::path(NVDRA_SOURCE_DIR) / "templates/compute-domain-daemon-config.tmpl.cfg");
+  auto text =
+      ReadWholeFile(std::filesystem::path(NVDRA_SOURCE_DIR) / "templates/compute-domain-daemon-config.tmpl.cfg");
   ASSERT_TRUE(text.ok()) << text.status();
   auto out = RenderImexConfig(*text, {.cmd_bind_interface_ip = "10.0.0.9", .nodes_config_path = "/imexd/nodes.cfg"});
   ASSERT_TRUE(out.ok()) << out.status();
@@ -40,7 +41,8 @@ TEST(RenderImexConfigTest, ShippedTemplateRendersEveryKeyTheDriverSets) {
 }
 
 TEST(NodesConfigTest, StaticNamesAreZeroPaddedAndCountMaxNodes) {
-  EXPECT_EQ(StaticNodesConfig(3), "compute-domain-daemon-0000\ncompute-domain-daemon-0001\ncompute-domain-daemon-0002\n");
+  EXPECT_EQ(StaticNodesConfig(3),
+            "compute-domain-daemon-0000\ncompute-domain-daemon-0001\ncompute-domain-daemon-0002\n");
   EXPECT_EQ(StaticNodesConfig(18).size(), 18u * 27u);
   EXPECT_EQ(IpNodesConfig({"10.0.0.2", "10.0.0.1"}), "10.0.0.2\n10.0.0.1\n");
 }

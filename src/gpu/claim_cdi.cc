@@ -50,4 +50,16 @@ Status GpuCdi::RemoveClaimSpec(const std::string& claim_uid) const {
   return writer_.Remove(kubeletplugin::ClaimCdiSpecFileName(kGpuCdiVendor, claim_uid));
 }
 
+StatusOr<int> GpuCdi::RemoveOrphanedClaimSpecs(const std::set<std::string>& keep) const {
+  ASSIGN_OR_RETURN(std::vector<std::string> uids,
+                   writer_.ListTransient(kGpuCdiVendor, kubeletplugin::kCdiClaimClass));
+  int removed = 0;
+  for (const std::string& uid : uids) {
+    if (keep.contains(uid)) continue;
+    RETURN_IF_ERROR(RemoveClaimSpec(uid));
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace nvdra::gpu

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ class GpuCdi {
   common::Status WriteClaimSpec(const std::string& claim_uid, const std::vector<ClaimDevice>& devices) const;
   // Removes the claim's spec; a missing file is fine.
   common::Status RemoveClaimSpec(const std::string& claim_uid) const;
+
+  // Removes the claim specs of claims not in `keep` (the checkpoint's): left
+  // behind when the checkpoint was discarded after a reboot with a CDI root
+  // on disk (/etc/cdi), or by hand. Returns how many were removed.
+  common::StatusOr<int> RemoveOrphanedClaimSpecs(const std::set<std::string>& keep) const;
 
   const kubeletplugin::CdiContainerEdits& common_edits() const { return common_edits_; }
 

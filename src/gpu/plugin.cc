@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -171,6 +172,18 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   // kubelet can ask for anything new.
   if (StatusOr<int> cleaned = parts->preparer->Reconcile(); !cleaned.ok()) {
     LOG_ERROR("start-up reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
+  }
+  // Specs of claims the checkpoint no longer has (discarded after a reboot
+  // when the CDI root is on disk) would otherwise stay forever.
+  if (StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint(); checkpoint.ok()) {
+    std::set<std::string> prepared;
+    for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
+    StatusOr<int> removed = parts->cdi->RemoveOrphanedClaimSpecs(prepared);
+    if (!removed.ok()) {
+      LOG_ERROR("cannot remove CDI specs of unknown claims", {{"err", removed.status()}});
+    } else if (*removed > 0) {
+      LOG_INFO(0, "removed CDI specs of claims not in the checkpoint", {{"count", *removed}});
+    }
   }
 
   kubeletplugin::PluginServerOptions server_options;

@@ -316,6 +316,9 @@ TEST_F(GpuPluginTest, ARebootClearsPreparedState) {
   WriteFile(dir_ / "boot_id", "99999999-2222-3333-4444-555555555555\n");
   StartPlugin();
   EXPECT_EQ(CheckpointState(Uid(claim)), "");
+  // The CDI root here is on disk, like /etc/cdi: the discarded claim's spec
+  // is removed too.
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(claim))));
   // The claim can be prepared again in the new boot.
   ASSERT_TRUE(Prepare(claim, &response).ok());
   EXPECT_EQ(response.error(), "");

@@ -33,11 +33,12 @@ double CpuSeconds() {
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
-long long RssBytes() {
+// A "Vm...:" line of /proc/self/status in bytes: VmRSS now, VmHWM the peak.
+long long StatusBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == "VmRSS:") {
+    if (key == field) {
       long long kb = 0;
       status >> kb;
       return kb * 1024;
@@ -46,6 +47,9 @@ long long RssBytes() {
   }
   return -1;
 }
+
+long long RssBytes() { return StatusBytes("VmRSS:"); }
+long long PeakRssBytes() { return StatusBytes("VmHWM:"); }
 
 void Emit(const nlohmann::json& line) { std::cout << line.dump() << std::endl; }
 
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double cpu_at_sync = CpuSeconds();
-  Emit({{"event", "synced"}, {"sync_seconds", sync_seconds}, {"rss_bytes", RssBytes()}, {"objects", objects}});
+  Emit({{"event", "synced"}, {"sync_seconds", sync_seconds}, {"rss_bytes", RssBytes()},
+        {"peak_rss_bytes", PeakRssBytes()}, {"objects", objects}});
   {
     std::unique_lock lock(mutex);
     changed.wait(lock, [&] { return updates_seen >= updates; });
@@ -115,7 +120,8 @@ int main(int argc, char** argv) {
         {"updates", updates},
         {"cpu_seconds", cpu},
         {"cpu_seconds_per_1000_updates", cpu * 1000 / updates},
-        {"rss_bytes", RssBytes()}});
+        {"rss_bytes", RssBytes()},
+        {"peak_rss_bytes", PeakRssBytes()}});
   informer.Stop();
   return 0;
 }

@@ -35,11 +35,14 @@ void WatchStream::Stop() { stream_->Cancel(); }
 
 ApiResult<std::optional<WatchEvent>> WatchStream::Next(std::stop_token stop) {
   while (true) {
-    const auto newline = buffer_.find('\n');
+    const auto newline = buffer_.find('\n', consumed_);
     if (newline != std::string::npos) {
-      std::string line = buffer_.substr(0, newline);
-      buffer_.erase(0, newline + 1);
-      if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
+      // Parsed in place: copying each line out would allocate a few KiB per
+      // event, and a large malloc makes glibc consolidate every small chunk
+      // the previous event's tree freed (measured: ~10 % of an informer's CPU).
+      const std::string_view line = std::string_view(buffer_).substr(consumed_, newline - consumed_);
+      consumed_ = newline + 1;
+      if (line.find_first_not_of(" \r\t") == std::string_view::npos) continue;
       StatusOr<WatchEvent> event = ParseWatchEvent(line);
       if (!event.ok()) return common::DataLossError(what_ + ": " + event.status().message());
       if (event->type == WatchEventType::kError) {
@@ -56,6 +59,9 @@ ApiResult<std::optional<WatchEvent>> WatchStream::Next(std::stop_token stop) {
       }
       return std::optional<WatchEvent>(*std::move(event));
     }
+    // Only a partial line is left: drop the consumed lines before reading on.
+    buffer_.erase(0, consumed_);
+    consumed_ = 0;
     if (ended_) return std::optional<WatchEvent>();
     StatusOr<std::optional<std::string>> chunk = stream_->Read(stop);
     if (!chunk.ok()) return chunk.status().WithContext(what_);

@@ -13,6 +13,7 @@
 // is destroyed. Thread-safety: confined to one reader thread, except Stop(),
 // which any thread may call to end a blocked Next() promptly.
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -83,7 +84,8 @@ class WatchStream {
  private:
   const std::unique_ptr<HttpStream> stream_;
   const std::string what_;
-  std::string buffer_;  // bytes received after the last complete line
+  std::string buffer_;  // bytes received and not yet returned as events
+  std::size_t consumed_ = 0;  // buffer_[0, consumed_) are lines already parsed
   std::string last_resource_version_;
   bool ended_ = false;
 };

@@ -315,6 +315,7 @@ void Informer::Dispatch(Pending& pending) {
 
 void Informer::Deliver(DeltaType type, const PackedPtr& old_object, const PackedPtr& new_packed,
                        ObjectPtr new_object) {
+  static const ObjectPtr kNoObject;
   LazyObject old_lazy(old_object, nullptr);
   LazyObject new_lazy(new_packed, std::move(new_object));
   for (const EventHandler& handler : handlers_) {
@@ -323,7 +324,9 @@ void Informer::Deliver(DeltaType type, const PackedPtr& old_object, const Packed
         if (handler.on_add) handler.on_add(new_lazy.get());
         break;
       case DeltaType::kUpdated:
-        if (handler.on_update) handler.on_update(old_lazy.get(), new_lazy.get());
+        if (handler.on_update) {
+          handler.on_update(handler.needs_old_object ? old_lazy.get() : kNoObject, new_lazy.get());
+        }
         break;
       case DeltaType::kDeleted:
         // A watch delete carries the final state; a relist delete only the

@@ -229,7 +229,7 @@ TEST(Watch, DecodesEventsSplitAcrossChunksAndTracksResourceVersion) {
   Fixture f;
   f.transport->stream_chunks = {
       R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"1"}}})" "\n" R"({"type":"MODI)",
-      R"(FIED","object":{"metadata":{"name":"a","resourceVersion":"2"}}})" "\n",
+      R"(FIED","object":{"metadata":{"name":"a","resourceVersion":"2"}}})" "\n \r\n\n",  // blank lines skipped
       R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}})" "\n"
       R"({"type":"DELETED","object":{"metadata":{"name":"a","resourceVersion":"6"}}})"};
   WatchOptions o;

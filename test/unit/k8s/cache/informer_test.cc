@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,35 @@ TEST(InformerTest, ListsThenWatchesFromTheListVersionAndDeliversEvents) {
   EXPECT_EQ(informer.store().ResourceVersion(), "13");
   EXPECT_EQ((*informer.store().Get("ns/a"))["metadata"]["resourceVersion"], "12");
   EXPECT_EQ(informer.store().Get("ns/b"), nullptr);
+}
+
+TEST(InformerTest, UpdateHandlerThatNeedsNoOldObjectGetsNullAndOthersStillGetIt) {
+  FakeApi api;
+  EventRecorder recorder;  // needs the old object (the default)
+  std::mutex mutex;
+  Strings lean_seen;
+  EventHandler lean;
+  lean.needs_old_object = false;
+  lean.on_update = [&](const ObjectPtr& old_object, const ObjectPtr& new_object) {
+    std::lock_guard lock(mutex);
+    lean_seen.push_back((old_object == nullptr ? std::string("null") : std::string("old")) + "->" +
+                        ObjectResourceVersion(*new_object));
+  };
+  Informer informer(api.NewListWatch(), TestOptions());
+  informer.AddEventHandler(std::move(lean));
+  informer.AddEventHandler(recorder.Handler());
+  api.QueueList({Obj("a", "1")}, "10");
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSyncUntil(workqueue::RealClock().Now() + kTestTimeout));
+  testing::WatchCall watch = api.WaitForWatch(0);
+  ASSERT_NE(watch.stream, nullptr);
+  watch.stream->Push(WatchEventType::kModified, Obj("a", "11"));
+  watch.stream->Push(WatchEventType::kModified, Obj("a", "12"));
+  // The recorder runs after the lean handler for each event, so once it has
+  // both updates the lean handler has had them too.
+  EXPECT_EQ(Slice(recorder.WaitFor(3), 1, 3), (Strings{"update ns/a@1->11", "update ns/a@11->12"}));
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(lean_seen, (Strings{"null->11", "null->12"}));
 }
 
 TEST(InformerTest, BookmarkMovesTheResumeVersionWithoutAnEvent) {

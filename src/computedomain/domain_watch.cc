@@ -46,6 +46,7 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, D
       .on_add = [self](const k8s::cache::ObjectPtr&) { self->Notify(); },
       .on_update = [self](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr&) { self->Notify(); },
       .on_delete = [self](const k8s::cache::ObjectPtr&) { self->Notify(); },
+      .needs_old_object = false,
   };
 
   k8s::cache::InformerOptions domain_options;

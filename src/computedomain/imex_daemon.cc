@@ -133,7 +133,8 @@ Status ImexDaemon::Run(std::stop_token stop) {
                               .on_update = [keep](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr& now) {
                                 keep(now);
                               },
-                              .on_delete = [keep](const k8s::cache::ObjectPtr&) { keep(nullptr); }});
+                              .on_delete = [keep](const k8s::cache::ObjectPtr&) { keep(nullptr); },
+                              .needs_old_object = false});
   informer_->Start();
   poller_ = std::jthread([this](std::stop_token poller_stop) { PollReadiness(poller_stop); });
   publish_retry_at_ = Clock::now();

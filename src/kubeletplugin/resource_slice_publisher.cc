@@ -278,6 +278,7 @@ ResourceSlicePublisher::ResourceSlicePublisher(k8s::Client& client, PublisherOpt
       .on_add = [this](const k8s::cache::ObjectPtr& object) { OnUpsert(*object); },
       .on_update = [this](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr& object) { OnUpsert(*object); },
       .on_delete = [this](const k8s::cache::ObjectPtr& object) { OnDelete(*object); },
+      .needs_old_object = false,
   });
 }
 

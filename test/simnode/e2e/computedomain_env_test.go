@@ -136,7 +136,7 @@ type cdEnvironment struct {
 	// fabric are the gb200-tray nodes (one clique), plain the node without
 	// a fabric clique ("" when none was asked for).
 	fabric []string
-	plain string
+	plain  string
 	// pluginPods maps node name -> the plugin's pod there.
 	pluginPods map[string]string
 }

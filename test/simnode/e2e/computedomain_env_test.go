@@ -8,9 +8,8 @@ package e2e
 //     deployments/helm/dra-driver-nvidia-gpu: kubeletplugin.yaml's
 //     compute-domains container, rbac-kubeletplugin.yaml,
 //     rbac-compute-domain-daemon.yaml, deviceclass-compute-domain-*.yaml);
-//   - STAND-INS for the chart's ComputeDomain and ComputeDomainClique CRDs
-//     until issue 9 brings them (real group, version, kinds, scope, the
-//     list-maps the daemon relies on; everything else preserved);
+//   - the chart's ComputeDomain and ComputeDomainClique CRDs, read from
+//     deployments/helm/dra-driver-nvidia-gpu/crds;
 //   - what the compute-domain controller creates per ComputeDomain (issue 9;
 //     upstream templates/compute-domain-daemon*.tmpl.yaml and
 //     compute-domain-workload-claim-template.tmpl.yaml, names and labels as
@@ -19,6 +18,7 @@ package e2e
 //     records when entries change.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -128,7 +129,7 @@ func fileExists(p string) bool {
 }
 
 // cdEnvironment is a cluster whose nodes run the compute-domain kubelet
-// plugin as a DaemonSet, with the stand-in CRDs installed.
+// plugin as a DaemonSet, with the chart's CRDs installed.
 type cdEnvironment struct {
 	*environment
 	client kubernetes.Interface
@@ -209,7 +210,7 @@ func startCDEnvironment(ctx context.Context, t *testing.T, fabricNodes int, plai
 		}
 	}
 
-	installStandInCRDs(ctx, t, env.dyn)
+	installChartCRDs(ctx, t, env.dyn)
 	installCDDriver(ctx, t, env.client)
 	env.pluginPods = (&gpuEnvironment{environment: env.environment, client: env.client}).waitForPluginPods(ctx, t)
 	env.waitForCDSlices(ctx, t, env.pluginPods)
@@ -230,69 +231,41 @@ func layOutCDNodeFiles(t *testing.T, n *harness.Node, template []byte) {
 	must(t, "template", os.WriteFile(filepath.Join(dir, cdTemplateFile), template, 0o644))
 }
 
-// standInCRD is a STAND-IN for one of the chart's CRDs (issue 9 brings the
-// real ones): namespaced, resource.nvidia.com/v1beta1, unknown fields
-// preserved, and the one list-map the compute-domain daemon's per-node
-// server-side apply needs (docs/compute-domain-daemon.md): `listPath` keyed
-// by `key`, `index` optional.
-func standInCRD(plural, kind, key string, listPath []string, statusSubresource bool) *unstructured.Unstructured {
-	entry := map[string]any{
-		"type":     "object",
-		"required": []any{key, "ipAddress", "cliqueID"},
-		"properties": map[string]any{
-			key:         map[string]any{"type": "string"},
-			"ipAddress": map[string]any{"type": "string"},
-			"cliqueID":  map[string]any{"type": "string"},
-			"index":     map[string]any{"type": "integer"},
-			"status":    map[string]any{"type": "string", "enum": []any{"Ready", "NotReady"}, "default": "NotReady"},
-		},
-	}
-	var node any = map[string]any{
-		"type":                       "array",
-		"x-kubernetes-list-type":     "map",
-		"x-kubernetes-list-map-keys": []any{key},
-		"items":                      entry,
-	}
-	for i := len(listPath) - 1; i >= 0; i-- {
-		node = map[string]any{
-			"type":                                 "object",
-			"x-kubernetes-preserve-unknown-fields": true,
-			"properties":                           map[string]any{listPath[i]: node},
-		}
-	}
-	version := map[string]any{
-		"name": "v1beta1", "served": true, "storage": true,
-		"schema": map[string]any{"openAPIV3Schema": node},
-	}
-	if statusSubresource {
-		version["subresources"] = map[string]any{"status": map[string]any{}}
-	}
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiextensions.k8s.io/v1",
-		"kind":       "CustomResourceDefinition",
-		"metadata":   map[string]any{"name": plural + ".resource.nvidia.com"},
-		"spec": map[string]any{
-			"group": "resource.nvidia.com",
-			"scope": "Namespaced",
-			"names": map[string]any{
-				"plural": plural, "singular": strings.ToLower(kind), "kind": kind, "listKind": kind + "List",
-			},
-			"versions": []any{version},
-		},
-	}}
+// chartCRDFiles are the chart's CRDs (deployments/helm/.../crds), which the
+// test installs as Helm would before anything else.
+var chartCRDFiles = []string{
+	"resource.nvidia.com_computedomains.yaml",
+	"resource.nvidia.com_computedomaincliques.yaml",
 }
 
-// installStandInCRDs creates the two stand-in CRDs and waits until both are
-// Established (served).
-func installStandInCRDs(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
+// loadChartCRD reads one CRD file of the chart (comments and a leading
+// "---" allowed) into an object.
+func loadChartCRD(t *testing.T, file string) *unstructured.Unstructured {
 	t.Helper()
-	crds := []*unstructured.Unstructured{
-		standInCRD("computedomains", "ComputeDomain", "name", []string{"status", "nodes"}, true),
-		standInCRD("computedomaincliques", "ComputeDomainClique", "nodeName", []string{"daemons"}, false),
+	path, err := harness.FindCheckoutPath(filepath.Join("deployments", "helm", "dra-driver-nvidia-gpu", "crds", file))
+	must(t, "chart CRD "+file, err)
+	data, err := os.ReadFile(path)
+	must(t, "read "+path, err)
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			t.Fatalf("%s: no CustomResourceDefinition in it: %v", path, err)
+		}
+		if obj.GetKind() == "CustomResourceDefinition" {
+			return obj
+		}
 	}
-	for _, crd := range crds {
+}
+
+// installChartCRDs creates the chart's ComputeDomain and ComputeDomainClique
+// CRDs and waits until both are Established (served).
+func installChartCRDs(ctx context.Context, t *testing.T, dyn dynamic.Interface) {
+	t.Helper()
+	for _, file := range chartCRDFiles {
+		crd := loadChartCRD(t, file)
 		if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("stand-in CRD %s: %v", crd.GetName(), err)
+			t.Fatalf("CRD %s: %v", crd.GetName(), err)
 		}
 	}
 	established := map[string]bool{}
@@ -320,7 +293,7 @@ func installStandInCRDs(ctx context.Context, t *testing.T, dyn dynamic.Interface
 		return established["computedomains.resource.nvidia.com"] && established["computedomaincliques.resource.nvidia.com"], nil
 	})
 	if err != nil {
-		t.Fatalf("stand-in CRDs established: %v (so far %v)", err, established)
+		t.Fatalf("chart CRDs established: %v (so far %v)", err, established)
 	}
 }
 

@@ -1,0 +1,53 @@
+#pragma once
+
+// WebhookServer: the HTTPS endpoint the API server calls. Serves
+//   POST kValidatePath   AdmissionReview in, AdmissionReview out (admission.h)
+//   GET  /readyz, /healthz   "ok" (upstream's probes use /readyz)
+// with the certificate a ServingCertificate provides, and counts admissions
+// in the metrics registry (nvdra_webhook_admission_requests_total by resource
+// and result, nvdra_webhook_admission_duration_seconds).
+//
+// Ownership: owns the listening socket and the serving threads (cpp-httplib);
+// borrows the certificate and the registry, which must outlive it.
+// Destruction stops accepting, finishes the requests in progress and joins
+// the threads (graceful shutdown on SIGTERM).
+// Thread-safety: thread-safe (the accessors are immutable after Start).
+
+#include <memory>
+#include <string>
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "webhook/serving_certificate.h"
+
+namespace nvdra::webhook {
+
+struct ServerOptions {
+  // Address to listen on; empty: every interface (IPv6 and IPv4), as Go's ":port".
+  std::string bind_address;
+  int port = 443;  // 0: any free port (see WebhookServer::port())
+  int threads = 4;  // concurrent requests
+};
+
+class WebhookServer {
+ public:
+  // Binds and starts serving. kUnavailable when the address cannot be bound
+  // (in use, not local); kInternal when the TLS context cannot be created.
+  static common::StatusOr<std::unique_ptr<WebhookServer>> Start(const ServerOptions& options,
+                                                                ServingCertificate& certificate,
+                                                                common::MetricsRegistry& registry);
+  ~WebhookServer();
+  WebhookServer(const WebhookServer&) = delete;
+  WebhookServer& operator=(const WebhookServer&) = delete;
+
+  int port() const;             // the bound port
+  std::string address() const;  // "host:port" as bound, for logs
+
+  struct State;
+
+ private:
+  explicit WebhookServer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace nvdra::webhook

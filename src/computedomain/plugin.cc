@@ -1,8 +1,6 @@
 #include "computedomain/plugin.h"
 
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -19,6 +17,7 @@
 #include "k8s/config.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_lifecycle.h"
 #include "kubeletplugin/plugin_server.h"
 #include "kubeletplugin/resource_slice_publisher.h"
 #include "nvml/fabric.h"
@@ -185,54 +184,31 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
     parts->clique_label = true;
   }
 
-  if (StatusOr<int> cleaned = parts->preparer->Reconcile(); !cleaned.ok()) {
-    LOG_ERROR("start-up reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
-  }
-
-  kubeletplugin::PluginServerOptions server_options;
-  server_options.driver_name = driver;
-  server_options.registrar_dir = config.plugin.kubelet_registrar_directory_path;
-  server_options.plugin_dir = plugin_dir;
-  server_options.healthcheck_port = config.plugin.healthcheck_port;
-  ASSIGN_OR_RETURN(parts->server, kubeletplugin::PluginServer::Start(server_options, *parts->preparer));
-  LOG_INFO(0, "plugin serving", {{"driver", driver}, {"socket", parts->server->dra_socket().string()}});
+  ASSIGN_OR_RETURN(parts->server,
+                   kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir, *parts->preparer));
   return std::unique_ptr<ComputeDomainKubeletPlugin>(new ComputeDomainKubeletPlugin(std::move(parts)));
 }
 
 void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any wake;
-  std::unique_lock<std::mutex> lock(mu);
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point next_reconcile = Clock::now() + parts_->environment.reconcile_interval;
-  Clock::time_point next_refresh = Clock::now() + parts_->environment.clique_refresh_interval;
-  while (!stop.stop_requested()) {
-    wake.wait_until(lock, stop, std::min(next_reconcile, next_refresh), [] { return false; });
-    if (stop.stop_requested()) break;
-    const Clock::time_point now = Clock::now();
-    if (now >= next_refresh) {
-      next_refresh = now + parts_->environment.clique_refresh_interval;
-      // As upstream: only a non-empty, different id replaces the known one.
-      StatusOr<std::string> clique = nvml::NodeCliqueId(*parts_->nvml, parts_->clique_options);
-      if (!clique.ok()) {
-        LOG_ERROR("cannot re-read the node's clique id", {{"err", clique.status()}});
-      } else if (!clique->empty() && *clique != parts_->device_state->clique_id()) {
-        LOG_INFO(0, "clique id changed", {{"old", parts_->device_state->clique_id()}, {"new", *clique}});
-        parts_->device_state->set_clique_id(*clique);
-        if (parts_->clique_label) {
-          if (Status s = PatchCliqueLabel(*parts_->client, parts_->node_name, *clique); !s.ok()) {
-            LOG_ERROR("cannot update the node's clique label", {{"err", s}});
-          }
-        }
+  // As upstream: only a non-empty, different id replaces the known one.
+  auto refresh_clique = [this] {
+    StatusOr<std::string> clique = nvml::NodeCliqueId(*parts_->nvml, parts_->clique_options);
+    if (!clique.ok()) {
+      LOG_ERROR("cannot re-read the node's clique id", {{"err", clique.status()}});
+      return;
+    }
+    if (clique->empty() || *clique == parts_->device_state->clique_id()) return;
+    LOG_INFO(0, "clique id changed", {{"old", parts_->device_state->clique_id()}, {"new", *clique}});
+    parts_->device_state->set_clique_id(*clique);
+    if (parts_->clique_label) {
+      if (Status s = PatchCliqueLabel(*parts_->client, parts_->node_name, *clique); !s.ok()) {
+        LOG_ERROR("cannot update the node's clique label", {{"err", s}});
       }
     }
-    if (now >= next_reconcile) {
-      next_reconcile = now + parts_->environment.reconcile_interval;
-      if (StatusOr<int> cleaned = parts_->preparer->Reconcile(); !cleaned.ok()) {
-        LOG_ERROR("reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
-      }
-    }
-  }
+  };
+  kubeletplugin::RunPeriodic(
+      stop, {{parts_->environment.clique_refresh_interval, refresh_clique},
+             kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval)});
 }
 
 }  // namespace nvdra::computedomain

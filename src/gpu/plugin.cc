@@ -1,8 +1,6 @@
 #include "gpu/plugin.h"
 
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "k8s/config.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_lifecycle.h"
 #include "kubeletplugin/plugin_metrics.h"
 #include "kubeletplugin/plugin_server.h"
 #include "kubeletplugin/resource_slice_publisher.h"
@@ -168,14 +167,11 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
                    kubeletplugin::ResourceSlicePublisher::Start(*parts->client, publisher_options));
   parts->publisher->Update(SlicesFor(config.plugin.node_name, published));
 
-  // Claims deleted while the plugin was down are unprepared before the
-  // kubelet can ask for anything new.
-  if (StatusOr<int> cleaned = parts->preparer->Reconcile(); !cleaned.ok()) {
-    LOG_ERROR("start-up reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
-  }
   // Specs of claims the checkpoint no longer has (discarded after a reboot
   // when the CDI root is on disk) would otherwise stay forever.
-  if (StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint(); checkpoint.ok()) {
+  auto remove_orphaned_specs = [&parts] {
+    StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint();
+    if (!checkpoint.ok()) return;
     std::set<std::string> prepared;
     for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
     StatusOr<int> removed = parts->cdi->RemoveOrphanedClaimSpecs(prepared);
@@ -184,29 +180,15 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
     } else if (*removed > 0) {
       LOG_INFO(0, "removed CDI specs of claims not in the checkpoint", {{"count", *removed}});
     }
-  }
-
-  kubeletplugin::PluginServerOptions server_options;
-  server_options.driver_name = driver;
-  server_options.registrar_dir = config.plugin.kubelet_registrar_directory_path;
-  server_options.plugin_dir = plugin_dir;
-  server_options.healthcheck_port = config.plugin.healthcheck_port;
-  ASSIGN_OR_RETURN(parts->server, kubeletplugin::PluginServer::Start(server_options, *parts->preparer));
-  LOG_INFO(0, "plugin serving", {{"driver", driver}, {"socket", parts->server->dra_socket().string()}});
+  };
+  ASSIGN_OR_RETURN(parts->server, kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir,
+                                                                    *parts->preparer, remove_orphaned_specs));
   return std::unique_ptr<GpuKubeletPlugin>(new GpuKubeletPlugin(std::move(parts)));
 }
 
 void GpuKubeletPlugin::Run(std::stop_token stop) {
-  std::mutex mu;
-  std::condition_variable_any wake;
-  std::unique_lock<std::mutex> lock(mu);
-  while (!stop.stop_requested()) {
-    if (wake.wait_for(lock, stop, parts_->environment.reconcile_interval, [] { return false; })) break;
-    if (stop.stop_requested()) break;
-    if (StatusOr<int> cleaned = parts_->preparer->Reconcile(); !cleaned.ok()) {
-      LOG_ERROR("reconciliation of checkpointed claims failed", {{"err", cleaned.status()}});
-    }
-  }
+  kubeletplugin::RunPeriodic(
+      stop, {kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval)});
 }
 
 }  // namespace nvdra::gpu

@@ -80,6 +80,8 @@ struct ServingCertificate::Pair {
   KeyPtr key;
   std::string subject;
   std::time_t not_after = 0;
+  std::string cert_pem;  // the files' bytes, to tell a change from a touch
+  std::string key_pem;
 };
 
 namespace {
@@ -113,6 +115,8 @@ StatusOr<std::shared_ptr<const ServingCertificate::Pair>> LoadPair(const fs::pat
         key_file.string(), cert_file.string()));
   }
   pair->subject = SubjectOf(pair->leaf.get());
+  pair->cert_pem = std::move(cert_pem);
+  pair->key_pem = std::move(key_pem);
   std::tm not_after{};
   if (ASN1_TIME_to_tm(X509_get0_notAfter(pair->leaf.get()), &not_after) == 1) pair->not_after = timegm(&not_after);
   return std::shared_ptr<const ServingCertificate::Pair>(std::move(pair));
@@ -213,6 +217,9 @@ Status ServingCertificate::Reload() {
   std::uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Events come for files beside ours and for temporary files before the
+    // rename that replaces ours: unchanged bytes are not a new certificate.
+    if (pair_->cert_pem == (*loaded)->cert_pem && pair_->key_pem == (*loaded)->key_pem) return common::OkStatus();
     pair_ = *std::move(loaded);
     generation = ++generation_;
   }

@@ -53,12 +53,14 @@ class ServingCertificate {
   // context's policy (TLS 1.2 minimum). `ctx` must not outlive this object.
   void Attach(SSL_CTX& ctx);
 
-  // Re-reads both files now. On error the previous pair stays in service and
-  // the error is returned (the watcher logs it and waits for the next change).
+  // Re-reads both files now. Files with the same bytes as the pair in
+  // service change nothing (OK). On error the previous pair stays in service
+  // and the error is returned (the watcher logs it and waits for the next
+  // change).
   common::Status Reload();
 
-  // How many pairs have been loaded (1 after Start); grows on each
-  // successful reload.
+  // How many pairs have been loaded (1 after Start); grows on each reload
+  // that found new contents.
   std::uint64_t generation() const;
   // Blocks until generation() > `seen` or `timeout` passes; returns
   // generation(). For tests and for logs.

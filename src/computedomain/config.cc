@@ -22,11 +22,7 @@ Status ImexFlags::Validate(const common::FeatureGates& gates) const {
     return InvalidArgumentError(
         fmt::format("--imex-mode: \"{}\" is not driverManaged or hostManaged", mode));
   }
-  if (isolation == "channel") {
-    return InvalidArgumentError(
-        "--imex-isolation=channel is not supported yet (per-workload IMEX channels); use domain");
-  }
-  if (isolation != "domain" && !isolation.empty()) {
+  if (isolation != "domain" && isolation != "channel" && !isolation.empty()) {
     return InvalidArgumentError(
         fmt::format("--imex-isolation: \"{}\" is not domain or channel", isolation));
   }
@@ -39,7 +35,8 @@ void AddImexFlags(CLI::App& app, ImexFlags& flags) {
               ->capture_default_str(),
           {"IMEX_MODE"});
   WithEnv(app.add_option("--imex-isolation", flags.isolation,
-                         "IMEX isolation between workloads: domain")
+                         "IMEX isolation between workloads: domain (channel 0 for every ComputeDomain, as "
+                         "upstream) or channel (one channel per ComputeDomain)")
               ->capture_default_str(),
           {"IMEX_ISOLATION"});
 }
@@ -49,6 +46,10 @@ Status PluginConfig::Validate(const common::FeatureGates& gates) const {
   if (Status status = kube_client.Validate(); !status.ok()) return status;
   if (Status status = metrics.Validate(); !status.ok()) return status;
   if (Status status = imex.Validate(gates); !status.ok()) return status;
+  if (imex_channel_count < 1 || imex_channel_count > kMaxImexChannelCount) {
+    return InvalidArgumentError(fmt::format("--imex-channel-count: {} is not within 1..{}", imex_channel_count,
+                                            kMaxImexChannelCount));
+  }
   if (imex.host_managed() && imex_host_socket_path.empty()) {
     return InvalidArgumentError("--imex-host-socket-path is required with --imex-mode=hostManaged");
   }
@@ -65,6 +66,10 @@ void AddPluginFlags(CLI::App& app, PluginConfig& config) {
                          "Control socket of the host's nvidia-imex (hostManaged mode)")
               ->capture_default_str(),
           {"IMEX_HOST_SOCKET_PATH"});
+  WithEnv(app.add_option("--imex-channel-count", config.imex_channel_count,
+                         "Channels published per node with --imex-isolation=channel (channel-0..channel-<N-1>)")
+              ->capture_default_str(),
+          {"IMEX_CHANNEL_COUNT"});
   common::AddMetricsFlags(app, config.metrics);
   common::AddKubeClientFlags(app, config.kube_client);
 }

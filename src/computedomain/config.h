@@ -23,16 +23,19 @@ namespace nvdra::computedomain {
 inline constexpr std::string_view kPluginBinaryName = "compute-domain-kubelet-plugin";
 inline constexpr std::string_view kControllerBinaryName = "compute-domain-controller";
 inline constexpr std::string_view kDaemonBinaryName = "compute-domain-daemon";
+// The kernel's IMEX channel count (upstream hard-codes it too).
+inline constexpr int kMaxImexChannelCount = 2048;
 
 // Who owns the host's nvidia-imex daemon, and how workloads are isolated.
 struct ImexFlags {
   std::string mode = "driverManaged";  // --imex-mode (IMEX_MODE): driverManaged|hostManaged
-  std::string isolation = "domain";  // --imex-isolation (IMEX_ISOLATION): domain ("channel" not yet)
+  std::string isolation = "domain";  // --imex-isolation (IMEX_ISOLATION): domain|channel
 
-  // kInvalidArgument naming the flag: an unknown mode or isolation, hostManaged
-  // without gate HostManagedIMEXDaemon, or isolation "channel".
+  // kInvalidArgument naming the flag: an unknown mode or isolation, or
+  // hostManaged without gate HostManagedIMEXDaemon.
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
   [[nodiscard]] bool host_managed() const { return mode == "hostManaged"; }
+  [[nodiscard]] bool channel_isolation() const { return isolation == "channel"; }
 };
 void AddImexFlags(CLI::App& app, ImexFlags& flags);
 
@@ -44,6 +47,9 @@ struct PluginConfig {
   bool gpu_clique_label_enabled = false;  // --gpu-clique-label-enabled (GPU_CLIQUE_LABEL_ENABLED)
   // --imex-host-socket-path (IMEX_HOST_SOCKET_PATH), hostManaged mode
   std::string imex_host_socket_path = "/etc/nvidia-imex/imex_ctrl.sock";
+  // --imex-channel-count (IMEX_CHANNEL_COUNT): channels published with
+  // --imex-isolation=channel, 1..kMaxImexChannelCount.
+  int imex_channel_count = 128;
 
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
 };

@@ -1,6 +1,7 @@
 #include "computedomain/device_state.h"
 
 #include <charconv>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <utility>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "api/opaque_config.h"
+#include "common/child_process.h"
 #include "common/crash_point.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
@@ -58,7 +60,12 @@ StatusOr<std::vector<api::ConfiguredResults>> ResolveConfigs(const ordered_json&
     if (std::optional<int> id = IdOf(name, kChannelType); id && *id < kMaxImexChannels) {
       return api::ConfigKind::kComputeDomainChannelConfig;
     }
-    if (!host_managed && name == "daemon-0") return api::ConfigKind::kComputeDomainDaemonConfig;
+    if (name == "daemon-0") {
+      if (!host_managed) return api::ConfigKind::kComputeDomainDaemonConfig;
+      return common::FailedPreconditionError(
+          "device daemon-0: ComputeDomain daemon claims are not supported with --imex-mode=hostManaged (the host "
+          "runs nvidia-imex; this node publishes no daemon device)");
+    }
     return common::NotFoundError(fmt::format("device {} is not a device of this node", name));
   };
   // Upstream's defaults: the daemon config, then the channel config.
@@ -69,6 +76,27 @@ StatusOr<std::vector<api::ConfiguredResults>> ResolveConfigs(const ordered_json&
 
 std::string DomainString(const k8s::ComputeDomain& cd) {
   return fmt::format("{}/{} ({})", cd.namespace_name(), cd.name(), cd.uid());
+}
+
+// status.imexChannelID, the controller's per-domain channel in channel
+// isolation; nullopt while absent (or not a non-negative integer).
+std::optional<std::int64_t> ImexChannelIdOf(const k8s::ComputeDomain& cd) {
+  const json& object = cd.json();
+  auto status = object.find("status");
+  if (status == object.end() || !status->is_object()) return std::nullopt;
+  auto id = status->find("imexChannelID");
+  if (id == status->end() || !id->is_number_integer() || id->get<std::int64_t>() < 0) return std::nullopt;
+  return id->get<std::int64_t>();
+}
+
+// Upstream's search paths for nvidia-imex-ctl inside the dev root.
+std::optional<fs::path> FindImexCtl(const fs::path& root) {
+  for (const char* dir : {"opt/bin", "usr/bin", "usr/sbin", "bin", "sbin"}) {
+    std::error_code ec;
+    const fs::path candidate = root / dir / "nvidia-imex-ctl";
+    if (fs::exists(candidate, ec)) return fs::path("/") / dir / "nvidia-imex-ctl";
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -88,7 +116,9 @@ void CdDeviceState::set_clique_id(std::string clique_id) {
 }
 
 std::vector<std::string> CdDeviceState::PublishedDeviceNames() const {
-  std::vector<std::string> names = {"channel-0"};
+  std::vector<std::string> names;
+  const int channels = options_.channel_isolation ? options_.channel_count : 1;
+  for (int id = 0; id < channels; ++id) names.push_back(fmt::format("{}-{}", kChannelType, id));
   if (!options_.host_managed) names.emplace_back("daemon-0");
   return names;
 }
@@ -121,12 +151,31 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
     std::vector<std::string> cdi_ids;
     ordered_json entry = ordered_json::object();
     if (is_channel) {
-      const int channel_id = options_.host_managed ? IdOf(device_name, kChannelType).value_or(0) : 0;
+      const int allocated_id = IdOf(device_name, kChannelType).value_or(0);
+      // driverManaged domain isolation uses channel 0 whatever was allocated
+      // (upstream); hostManaged and channel isolation use the allocated one.
+      const int channel_id = options_.host_managed || options_.channel_isolation ? allocated_id : 0;
       if (claim_ns != cd->namespace_name()) {
         return common::FailedPreconditionError(fmt::format(
             "namespace isolation: the claim is in namespace {} but ComputeDomain {} is in namespace {}; an IMEX "
             "channel is only given to claims in its ComputeDomain's namespace",
             claim_ns, DomainString(*cd), cd->namespace_name()));
+      }
+      if (options_.channel_isolation) {
+        const std::optional<std::int64_t> wanted = ImexChannelIdOf(*cd);
+        if (!wanted) {
+          return common::UnavailableError(fmt::format(
+              "ComputeDomain {} has no status.imexChannelID yet (with --imex-isolation=channel the controller "
+              "assigns each domain its channel)",
+              DomainString(*cd)));
+        }
+        if (*wanted != allocated_id) {
+          return common::FailedPreconditionError(fmt::format(
+              "channel isolation: the claim was allocated {} but ComputeDomain {} owns channel {} "
+              "(status.imexChannelID); the claim's request must select `device.attributes[\"{}\"].id == {}`, "
+              "as the controller writes it into the domain's ResourceClaimTemplate",
+              device_name, DomainString(*cd), *wanted, kDriverName, *wanted));
+        }
       }
       if (!options_.host_managed) {
         RETURN_IF_ERROR(AddNodeLabel(domain_id));
@@ -137,13 +186,10 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
         }
       }
       if (!clique.empty()) {
-        if (options_.host_managed) {
-          return common::UnimplementedError(
-              "hostManaged IMEX: the host daemon's readiness check (nvidia-imex-ctl -q) is not supported by this "
-              "driver version yet");
-        }
+        if (options_.host_managed) RETURN_IF_ERROR(CheckHostImexReady());
         std::vector<int> ids;
-        if (StringAt(group.config.object, "allocationMode") == "All") {
+        if (StringAt(group.config.object, "allocationMode") == "All" && !options_.host_managed &&
+            !options_.channel_isolation) {
           for (int i = 0; i < kMaxImexChannels; ++i) ids.push_back(i);
         } else {
           ids.push_back(channel_id);
@@ -223,24 +269,64 @@ bool CdDeviceState::AwaitRetry(const ordered_json& claim, const Status& failure,
   if (failure.code() != common::StatusCode::kUnavailable) return false;
   StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(claim["status"], options_.host_managed);
   if (!groups.ok()) return false;
-  std::vector<std::string> domains;
-  std::vector<bool> needs_ready;
+  struct Awaited {
+    std::string domain;
+    bool needs_ready;       // driverManaged channel: this node's daemon Ready
+    bool needs_channel_id;  // channel isolation: status.imexChannelID set
+  };
+  std::vector<Awaited> awaited;
   for (const api::ConfiguredResults& group : *groups) {
-    domains.push_back(StringAt(group.config.object, "domainID"));
-    needs_ready.push_back(!options_.host_managed &&
-                          group.config.kind == api::ConfigKind::kComputeDomainChannelConfig);
+    const bool is_channel = group.config.kind == api::ConfigKind::kComputeDomainChannelConfig;
+    awaited.push_back({StringAt(group.config.object, "domainID"), is_channel && !options_.host_managed,
+                       is_channel && options_.channel_isolation});
   }
   const std::string clique = clique_id();
-  return watch_.WaitFor(
-      [&] {
-        for (std::size_t i = 0; i < domains.size(); ++i) {
-          std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(domains[i]);
-          if (!cd) return false;
-          if (needs_ready[i] && !watch_.NodeReady(*cd, clique)) return false;
-        }
-        return true;
-      },
-      deadline);
+  auto satisfied = [&] {
+    for (const Awaited& item : awaited) {
+      std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(item.domain);
+      if (!cd) return false;
+      if (item.needs_ready && !watch_.NodeReady(*cd, clique)) return false;
+      if (item.needs_channel_id && !ImexChannelIdOf(*cd)) return false;
+    }
+    return true;
+  };
+  // hostManaged: when every cached condition holds already, the failure was
+  // the host daemon's readiness, which no watch event announces; waiting
+  // would only re-run nvidia-imex-ctl in a loop, so the kubelet's retry asks
+  // again instead (upstream's behaviour).
+  if (options_.host_managed && watch_.WaitFor(satisfied, std::chrono::steady_clock::now())) return false;
+  return watch_.WaitFor(satisfied, deadline);
+}
+
+Status CdDeviceState::CheckHostImexReady() const {
+  std::vector<std::string> argv;
+  if (!options_.imex_ctl_path.empty()) {
+    std::string socket = options_.imex_host_socket_path;
+    if (!socket.empty() && socket.front() == '/') socket = (options_.dev_root / socket.substr(1)).string();
+    argv = {options_.imex_ctl_path, "-q", "--u=" + socket};
+  } else {
+    std::optional<fs::path> ctl = FindImexCtl(options_.dev_root);
+    if (!ctl) {
+      return common::NotFoundError(fmt::format(
+          "nvidia-imex-ctl not found under the driver root {} (/opt/bin, /usr/bin, /usr/sbin, /bin, /sbin): is "
+          "nvidia-imex installed on this node? --imex-mode=hostManaged needs the host's nvidia-imex",
+          options_.dev_root.string()));
+    }
+    argv = {"chroot", options_.dev_root.string(), ctl->string(), "-q", "--u=" + options_.imex_host_socket_path};
+  }
+  StatusOr<common::CommandOutput> ran =
+      common::RunCommand({.argv = argv, .extra_env = {}, .capture_output = true}, options_.imex_ctl_timeout);
+  if (!ran.ok()) {
+    return common::UnavailableError(
+        fmt::format("cannot run nvidia-imex-ctl (socket {}): {}", options_.imex_host_socket_path,
+                    ran.status().ToString()));
+  }
+  if (!ran->exit.success() || ran->output.find("READY") == std::string::npos) {
+    return common::UnavailableError(fmt::format("the host's nvidia-imex (socket {}) is not ready: {}, output: {}",
+                                                options_.imex_host_socket_path, ran->exit.ToString(),
+                                                ran->output));
+  }
+  return common::OkStatus();
 }
 
 Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {

@@ -12,9 +12,20 @@
 //    AwaitRetry until a watch event makes it Ready; then the channel char
 //    devices are injected (channel 0, or all 2048 with allocationMode All).
 //    A node without a clique id injects nothing.
-//  channel claim (hostManaged): the namespace check; no label; no injection
-//    without a clique id; with one, the host daemon's readiness check
-//    (nvidia-imex-ctl -q) is not implemented yet: kUnimplemented.
+//  channel claim (hostManaged): the namespace check; no label; the allocated
+//    channel id; no injection without a clique id; with one, the host
+//    daemon's readiness: `chroot <devRoot> nvidia-imex-ctl -q --u=<socket>`
+//    must print READY (else kUnavailable, not awaited: no watch event tells
+//    when the host daemon becomes ready, so the kubelet's retry asks again),
+//    then that one channel is injected.
+//  channel isolation (--imex-isolation=channel, beyond upstream): channels
+//    0..channel_count-1 are published; the ComputeDomain's
+//    status.imexChannelID (written by the controller) must equal the
+//    allocated channel's id: absent is kUnavailable, awaited through the
+//    watch (the controller has not assigned one yet); a different id is a
+//    permanent kFailedPrecondition. Only that channel is injected, also with
+//    allocationMode All (All would hand every domain's channel to the
+//    workload, which is what channel isolation exists to prevent).
 //  daemon claim (driverManaged only): domains/<cdUID>/ with imexd.cfg.tmpl
 //    copied from the template, env CLIQUE_ID, COMPUTE_DOMAIN_UUID,
 //    COMPUTE_DOMAIN_NAME, COMPUTE_DOMAIN_NAMESPACE, the /imexd bind mount,
@@ -58,6 +69,17 @@ inline constexpr int kMaxImexChannels = 2048;  // upstream's hard-coded count
 struct CdDeviceStateOptions {
   std::string node_name;
   bool host_managed = false;  // --imex-mode=hostManaged
+  bool channel_isolation = false;  // --imex-isolation=channel
+  // Channels published with channel isolation (--imex-channel-count).
+  int channel_count = 128;
+  // hostManaged readiness: where nvidia-imex-ctl is run chrooted, and the
+  // host daemon's command socket as seen inside that root.
+  std::filesystem::path dev_root = "/";
+  std::string imex_host_socket_path = "/etc/nvidia-imex/imex_ctrl.sock";
+  // Test hook (NVDRA_IMEX_CTL_PATH): run this binary without chroot, with
+  // the socket path taken inside dev_root. Empty: upstream's chroot.
+  std::string imex_ctl_path;
+  std::chrono::milliseconds imex_ctl_timeout = std::chrono::seconds(10);
   // <plugins>/compute-domain.nvidia.com/domains: one folder per domain.
   std::filesystem::path domains_dir;
   // The nvidia-imex config template copied to imexd.cfg.tmpl.
@@ -85,13 +107,16 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   std::string clique_id() const;
   void set_clique_id(std::string clique_id);
 
-  // Names of the devices this node publishes: channel-0 and, unless
-  // hostManaged, daemon-0.
+  // Names of the devices this node publishes: channel-0 (channel isolation:
+  // channel-0..channel-<channel_count-1>) and, unless hostManaged, daemon-0.
   std::vector<std::string> PublishedDeviceNames() const;
 
  private:
   common::Status AddNodeLabel(const std::string& cd_uid);
   common::Status RemoveNodeLabel(const std::string& cd_uid);
+  // hostManaged: OK when nvidia-imex-ctl -q says READY; kUnavailable
+  // (with its output) otherwise, kNotFound without the binary.
+  common::Status CheckHostImexReady() const;
 
   const CdDeviceStateOptions options_;
   k8s::Client& client_;

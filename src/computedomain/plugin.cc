@@ -56,6 +56,9 @@ PluginEnvironment PluginEnvironmentFromEnv() {
   if (const char* ms = std::getenv("NVDRA_PREPARE_READY_WAIT_MS"); ms != nullptr && *ms != '\0') {
     environment.ready_wait = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
   }
+  if (const char* path = std::getenv("NVDRA_IMEX_CTL_PATH"); path != nullptr && *path != '\0') {
+    environment.imex_ctl_path = path;
+  }
   environment.proc = gpu::ProcPathsFromEnvironment();
   return environment;
 }
@@ -151,12 +154,18 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
                                                     {.node_name = config.plugin.node_name,
                                                      .driver_namespace = config.plugin.driver_namespace,
                                                      .cliques_enabled = gates.Enabled("ComputeDomainCliques")}));
-  parts->device_state = std::make_unique<CdDeviceState>(
-      CdDeviceStateOptions{.node_name = config.plugin.node_name,
-                           .host_managed = config.imex.host_managed(),
-                           .domains_dir = plugin_dir / "domains",
-                           .daemon_config_template = environment.daemon_config_template},
-      clique_id, *parts->client, *parts->watch, *parts->cdi);
+  CdDeviceStateOptions state_options;
+  state_options.node_name = config.plugin.node_name;
+  state_options.host_managed = config.imex.host_managed();
+  state_options.channel_isolation = config.imex.channel_isolation();
+  state_options.channel_count = config.imex_channel_count;
+  state_options.domains_dir = plugin_dir / "domains";
+  state_options.daemon_config_template = environment.daemon_config_template;
+  state_options.dev_root = gpu::DevRootFor(config.plugin.container_driver_root);
+  state_options.imex_host_socket_path = config.imex_host_socket_path;
+  state_options.imex_ctl_path = environment.imex_ctl_path;
+  parts->device_state = std::make_unique<CdDeviceState>(std::move(state_options), clique_id, *parts->client,
+                                                        *parts->watch, *parts->cdi);
 
   ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
   ASSIGN_OR_RETURN(parts->preparer, kubeletplugin::ClaimPreparer::Create(

@@ -4,8 +4,10 @@
 // the node's clique id), the CDI base spec, the ComputeDomain and clique
 // informers (DomainWatch), the claim preparation engine with the CD device
 // state (PrepareAborted on), the ResourceSlice publisher (one pool named
-// after the node: channel-0 and, unless hostManaged, daemon-0, attributes
-// "type" and "id"), the optional nvidia.com/gpu.clique node label, and the
+// after the node: channel-0, or channel-0..channel-<N-1> with
+// --imex-isolation=channel, split into slices by the publisher's limits;
+// unless hostManaged, daemon-0; attributes "type" and "id"), the optional
+// nvidia.com/gpu.clique node label, and the
 // kubelet gRPC server. Run() re-reads the clique id every
 // clique_refresh_interval and reconciles checkpointed claims (stale claims,
 // expired PrepareAborted entries) every reconcile_interval.
@@ -19,6 +21,7 @@
 #include <filesystem>
 #include <memory>
 #include <stop_token>
+#include <string>
 
 #include "common/feature_gates.h"
 #include "common/status.h"
@@ -41,6 +44,9 @@ struct PluginEnvironment {
   // How long one Prepare call waits for a domain's readiness
   // (NVDRA_PREPARE_READY_WAIT_MS; tests shorten it).
   std::chrono::milliseconds ready_wait = std::chrono::seconds(40);
+  // hostManaged readiness check (NVDRA_IMEX_CTL_PATH, a test hook): run this
+  // nvidia-imex-ctl directly instead of `chroot <devRoot> nvidia-imex-ctl`.
+  std::string imex_ctl_path;
 };
 
 // Reads the environment variables named above.

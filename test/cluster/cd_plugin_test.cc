@@ -11,6 +11,9 @@
 // group, version, kinds and scope; schema x-kubernetes-preserve-unknown-fields)
 // until the chart's CRDs land in the repository.
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -117,7 +120,8 @@ class CdPluginTest : public ::testing::Test {
   }
 
   // A node folder for `profile` and the plugin's process for it.
-  void MakeNode(const std::string& profile, const std::string& node_name, bool clique_label = true) {
+  void MakeNode(const std::string& profile, const std::string& node_name, bool clique_label = true,
+                const std::vector<std::string>& extra_args = {}, const std::vector<std::string>& extra_env = {}) {
     node_name_ = node_name;
     PluginNodeDir node;
     const std::string error = MakePluginNodeDir("cdplugin", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
@@ -141,10 +145,13 @@ class CdPluginTest : public ::testing::Test {
                                      "--kubelet-plugins-directory-path", (dir_ / "plugins").string(),
                                      "-v", "4"};
     if (clique_label) argv.emplace_back("--gpu-clique-label-enabled");
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     std::vector<std::string> env = {"NVDRA_BOOT_ID_FILE=" + node.boot_id.string(), "PATH=/usr/bin:/bin",
                                     "ALT_PROC_DEVICES_PATH=" + (node.driver_root / "proc/devices").string(),
                                     "NVDRA_CD_DAEMON_CONFIG_TEMPLATE=" + (dir_ / "imexd.cfg.tmpl").string(),
                                     "NVDRA_PREPARE_READY_WAIT_MS=20000"};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    driver_root_ = node.driver_root;
     plugin_ = std::make_unique<PluginProcess>(argv, env, node.log);
   }
 
@@ -244,11 +251,58 @@ class CdPluginTest : public ::testing::Test {
     EXPECT_TRUE(updated.ok()) << updated.status().ToString();
     return updated.ok() ? *updated : json();
   }
-  json ChannelClaim(const std::string& ns, const std::string& name, const std::string& cd_uid) {
-    return CreateAllocatedClaim(ns, name, "channel", "channel-0",
-                                {{"apiVersion", "resource.nvidia.com/v1beta1"},
-                                 {"kind", "ComputeDomainChannelConfig"},
-                                 {"domainID", cd_uid}});
+  json ChannelClaim(const std::string& ns, const std::string& name, const std::string& cd_uid,
+                    const std::string& device = "channel-0", const std::string& allocation_mode = "") {
+    json config = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                   {"kind", "ComputeDomainChannelConfig"},
+                   {"domainID", cd_uid}};
+    if (!allocation_mode.empty()) config["allocationMode"] = allocation_mode;
+    return CreateAllocatedClaim(ns, name, "channel", device, config);
+  }
+
+  // status.imexChannelID of a domain, as the controller writes it with
+  // --imex-isolation=channel.
+  void SetImexChannelId(const std::string& ns, const std::string& name, int id) {
+    auto cd = shared_->client->Get(k8s::resources::kComputeDomains, ns, name);
+    ASSERT_TRUE(cd.ok()) << cd.status().ToString();
+    json with_status = *cd;
+    with_status["status"]["imexChannelID"] = id;
+    k8s::WriteOptions options;
+    options.subresource = "status";
+    auto updated = shared_->client->Update(k8s::resources::kComputeDomains, ns, with_status, options);
+    ASSERT_TRUE(updated.ok()) << updated.status().ToString();
+  }
+
+  // This plugin's slices' device names, once `count` are published.
+  std::vector<std::string> PublishedDevices(std::size_t count, int* slices = nullptr) {
+    std::vector<std::string> names;
+    EXPECT_TRUE(Eventually([&] {
+      names.clear();
+      int found = 0;
+      auto list = shared_->client->List(k8s::resources::kResourceSlices, "");
+      if (!list.ok()) return false;
+      for (const json& item : (*list)["items"]) {
+        if (item["spec"].value("driver", "") != kDriver || item["spec"].value("nodeName", "") != node_name_) continue;
+        ++found;
+        for (const json& device : item["spec"]["devices"]) names.push_back(device["name"].get<std::string>());
+      }
+      if (slices != nullptr) *slices = found;
+      return names.size() == count;
+    })) << names.size() << " devices published, want " << count;
+    return names;
+  }
+
+  // The channel device nodes a claim's CDI spec injects.
+  std::vector<std::string> InjectedChannels(const json& claim) const {
+    std::vector<std::string> paths;
+    json spec = json::parse(ReadFile(SpecPath(Uid(claim))), nullptr, false);
+    if (spec.is_discarded()) return paths;
+    for (const json& device : spec["devices"]) {
+      for (const json& node : device["containerEdits"].value("deviceNodes", json::array())) {
+        paths.push_back(node["path"].get<std::string>());
+      }
+    }
+    return paths;
   }
   json DaemonClaim(const std::string& name, const std::string& cd_uid) {
     return CreateAllocatedClaim(kDriverNamespace, name, "daemon", "daemon-0",
@@ -297,6 +351,7 @@ class CdPluginTest : public ::testing::Test {
   static std::string* setup_failure_;  // the suite's objects failed: fail
   std::string node_name_;
   fs::path dir_;
+  fs::path driver_root_;
   std::unique_ptr<PluginProcess> plugin_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<drav1::DRAPlugin::Stub> stub_;
@@ -503,6 +558,111 @@ TEST_F(CdPluginTest, APrepareOutlivedByItsUnprepareIsRefusedAsStale) {
   EXPECT_EQ(NodeLabel(kCdLabel), "");
   EXPECT_FALSE(fs::exists(SpecPath(Uid(claim))));
   EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareAborted");
+}
+
+// A stand-in for the host's nvidia-imex-ctl (NVDRA_IMEX_CTL_PATH): prints
+// the file `answer` holds and records its arguments.
+fs::path WriteImexCtlStub(const fs::path& dir) {
+  const fs::path stub = dir / "nvidia-imex-ctl";
+  WriteFile(stub, "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/imex-ctl.args\"\ncat \"$(dirname \"$0\")/imex-ctl.answer\"\n");
+  fs::permissions(stub, fs::perms::owner_all | fs::perms::group_read | fs::perms::others_read);
+  WriteFile(dir / "imex-ctl.answer", "INITIALIZING\n");
+  return stub;
+}
+
+TEST_F(CdPluginTest, HostManagedPublishesNoDaemonAndPreparesOnceTheHostImexIsReady) {
+  const fs::path tools = fs::temp_directory_path() / ("cd-hostmanaged-" + std::to_string(::getpid()));
+  fs::create_directories(tools);
+  const fs::path stub = WriteImexCtlStub(tools);
+  MakeNode("gb200-tray", "cd-node-gb200", true,
+           {"--imex-mode", "hostManaged", "--feature-gates", "HostManagedIMEXDaemon=true"},
+           {"NVDRA_IMEX_CTL_PATH=" + stub.string()});
+  StartPlugin();
+  EXPECT_EQ(PublishedDevices(1), std::vector<std::string>{"channel-0"});
+  const std::string cd_uid = CreateComputeDomain(kNamespace, "host-cd");
+
+  // No daemon device: a daemon claim fails at once, permanently.
+  json daemon = DaemonClaim("host-daemon", cd_uid);
+  std::string error = PrepareError(daemon);
+  EXPECT_NE(error.find("hostManaged"), std::string::npos) << error;
+
+  // The host daemon is not ready: retryable, answered without waiting.
+  json channel = ChannelClaim(kNamespace, "host-channel", cd_uid);
+  error = PrepareError(channel);
+  EXPECT_NE(error.find("not ready"), std::string::npos) << error;
+  EXPECT_NE(error.find("INITIALIZING"), std::string::npos) << error;
+  EXPECT_EQ(ReadFile(tools / "imex-ctl.args"), "-q --u=" + (driver_root_ / "etc/nvidia-imex/imex_ctrl.sock").string() + "\n");
+  EXPECT_EQ(CheckpointState(Uid(channel)), "PrepareStarted");
+
+  WriteFile(tools / "imex-ctl.answer", "READY\n");
+  EXPECT_EQ(PrepareError(channel), "");
+  EXPECT_EQ(InjectedChannels(channel), std::vector<std::string>{"/dev/nvidia-caps-imex-channels/channel0"});
+  EXPECT_EQ(NodeLabel(kCdLabel), "") << "hostManaged mode labels no node";
+  EXPECT_EQ(UnprepareError(channel), "");
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(channel))));
+  fs::remove_all(tools);
+}
+
+TEST_F(CdPluginTest, ChannelIsolationPublishesTheRangeAndInjectsOnlyTheDomainsChannel) {
+  MakeNode("gb200-tray", "cd-node-gb200", true, {"--imex-isolation", "channel", "--imex-channel-count", "200"});
+  StartPlugin();
+  int slices = 0;
+  const std::vector<std::string> names = PublishedDevices(201, &slices);
+  EXPECT_GE(slices, 2) << "200 channels and a daemon exceed one slice's 128 devices";
+  EXPECT_NE(std::find(names.begin(), names.end(), "channel-199"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "daemon-0"), names.end());
+  const std::string clique = NodeLabel(kCliqueLabel);
+  const std::string cd_uid = CreateComputeDomain(kNamespace, "isolated-channel-cd");
+  MarkCliqueReady(cd_uid, clique);
+
+  // No status.imexChannelID yet: the claim waits for the controller.
+  json claim = ChannelClaim(kNamespace, "channel-3-claim", cd_uid, "channel-3", "All");
+  auto waiting = std::async(std::launch::async, [&] { return PrepareError(claim); });
+  ASSERT_TRUE(Eventually([&] { return CheckpointState(Uid(claim)) == "PrepareStarted"; }));
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "prepared without the domain's channel id";
+  SetImexChannelId(kNamespace, "isolated-channel-cd", 3);
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(waiting.get(), "");
+  // allocationMode All still gets only the domain's channel.
+  EXPECT_EQ(InjectedChannels(claim), std::vector<std::string>{"/dev/nvidia-caps-imex-channels/channel3"});
+
+  // Another domain's channel: permanent, at once.
+  json wrong = ChannelClaim(kNamespace, "channel-5-claim", cd_uid, "channel-5");
+  const std::string error = PrepareError(wrong);
+  EXPECT_NE(error.find("owns channel 3"), std::string::npos) << error;
+  EXPECT_NE(error.find("channel-5"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(wrong))));
+  EXPECT_EQ(UnprepareError(wrong), "");
+  EXPECT_EQ(UnprepareError(claim), "");
+  EXPECT_EQ(NodeLabel(kCdLabel), "");
+}
+
+TEST_F(CdPluginTest, TwoDomainsOnOneHostManagedImexDomainGetDifferentChannels) {
+  const fs::path tools = fs::temp_directory_path() / ("cd-hostchannels-" + std::to_string(::getpid()));
+  fs::create_directories(tools);
+  const fs::path stub = WriteImexCtlStub(tools);
+  WriteFile(tools / "imex-ctl.answer", "READY\n");
+  MakeNode("gb200-tray", "cd-node-gb200", true,
+           {"--imex-mode", "hostManaged", "--feature-gates", "HostManagedIMEXDaemon=true", "--imex-isolation",
+            "channel", "--imex-channel-count", "8"},
+           {"NVDRA_IMEX_CTL_PATH=" + stub.string()});
+  StartPlugin();
+  EXPECT_EQ(PublishedDevices(8).size(), 8u);
+  const std::string a_uid = CreateComputeDomain(kNamespace, "host-cd-a");
+  const std::string b_uid = CreateComputeDomain(kNamespace, "host-cd-b");
+  SetImexChannelId(kNamespace, "host-cd-a", 1);
+  SetImexChannelId(kNamespace, "host-cd-b", 2);
+  json a = ChannelClaim(kNamespace, "host-a", a_uid, "channel-1");
+  json b = ChannelClaim(kNamespace, "host-b", b_uid, "channel-2");
+  // A prepare that races the ids' watch events waits for them.
+  ASSERT_EQ(PrepareError(a), "");
+  ASSERT_EQ(PrepareError(b), "");
+  EXPECT_EQ(InjectedChannels(a), std::vector<std::string>{"/dev/nvidia-caps-imex-channels/channel1"});
+  EXPECT_EQ(InjectedChannels(b), std::vector<std::string>{"/dev/nvidia-caps-imex-channels/channel2"});
+  EXPECT_EQ(UnprepareError(a), "");
+  EXPECT_EQ(UnprepareError(b), "");
+  fs::remove_all(tools);
 }
 
 }  // namespace

@@ -24,15 +24,31 @@ TEST(ImexFlagsTest, HostManagedNeedsGate) {
   EXPECT_TRUE(imex.Validate(Gates("HostManagedIMEXDaemon=true")).ok());
 }
 
-TEST(ImexFlagsTest, ChannelIsolationAndUnknownModeAreRejected) {
+TEST(ImexFlagsTest, ChannelIsolationIsAcceptedAndUnknownValuesAreRejected) {
   ImexFlags imex;
   imex.isolation = "channel";
-  EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(),
-              HasSubstr("--imex-isolation=channel is not supported"));
+  EXPECT_TRUE(imex.Validate(common::FeatureGates::Defaults()).ok());
+  EXPECT_TRUE(imex.channel_isolation());
+  imex.isolation = "workload";
+  EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(), HasSubstr("--imex-isolation"));
   imex = ImexFlags{};
   imex.mode = "selfManaged";
   EXPECT_THAT(imex.Validate(common::FeatureGates::Defaults()).message(),
               HasSubstr("--imex-mode"));
+}
+
+TEST(CdPluginConfigTest, ChannelCountIsBounded) {
+  ScopedEnv a("NODE_NAME", "n1"), b("IMEX_CHANNEL_COUNT", "4");
+  CLI::App app;
+  PluginConfig config;
+  AddPluginFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
+  EXPECT_EQ(config.imex_channel_count, 4);
+  EXPECT_TRUE(config.Validate(common::FeatureGates::Defaults()).ok());
+  config.imex_channel_count = 0;
+  EXPECT_THAT(config.Validate(common::FeatureGates::Defaults()).message(), HasSubstr("--imex-channel-count"));
+  config.imex_channel_count = kMaxImexChannelCount + 1;
+  EXPECT_THAT(config.Validate(common::FeatureGates::Defaults()).message(), HasSubstr("--imex-channel-count"));
 }
 
 TEST(CdPluginConfigTest, EnvironmentFillsFlags) {

@@ -1,0 +1,829 @@
+#include "computedomain/controller/controller.h"
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "computedomain/clique_membership.h"
+#include "computedomain/controller/indexes.h"
+#include "k8s/api_error.h"
+#include "k8s/cache/store.h"
+#include "k8s/rest_list_watch.h"
+
+namespace nvdra::computedomain::controller {
+
+using common::OkStatus;
+using common::Status;
+using common::StatusOr;
+using k8s::cache::ObjectPtr;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kUidIndex[] = "uid";
+constexpr char kApiVersion[] = "resource.nvidia.com/v1beta1";
+
+std::string Str(const json& object, const json::json_pointer& pointer) {
+  if (!object.contains(pointer)) return "";
+  const json& value = object.at(pointer);
+  return value.is_string() ? value.get<std::string>() : "";
+}
+std::string Uid(const json& o) { return Str(o, "/metadata/uid"_json_pointer); }
+std::string Name(const json& o) { return Str(o, "/metadata/name"_json_pointer); }
+std::string Namespace(const json& o) { return Str(o, "/metadata/namespace"_json_pointer); }
+std::string Key(const json& o) { return Namespace(o) + "/" + Name(o); }
+bool Deleting(const json& o) { return o.contains("/metadata/deletionTimestamp"_json_pointer); }
+std::string Label(const json& o, std::string_view key) {
+  const json* labels = o.contains("metadata") ? &o["metadata"] : nullptr;
+  if (labels == nullptr || !labels->contains("labels")) return "";
+  const json& map = (*labels)["labels"];
+  auto it = map.find(std::string(key));
+  return it != map.end() && it->is_string() ? it->get<std::string>() : "";
+}
+bool HasLabel(const json& o, std::string_view key) {
+  return o.contains("/metadata/labels"_json_pointer) && o["metadata"]["labels"].contains(std::string(key));
+}
+std::vector<std::string> Finalizers(const json& o) {
+  std::vector<std::string> out;
+  if (!o.contains("/metadata/finalizers"_json_pointer)) return out;
+  for (const json& f : o["metadata"]["finalizers"]) {
+    if (f.is_string()) out.push_back(f.get<std::string>());
+  }
+  return out;
+}
+bool HasFinalizer(const json& o) {
+  const auto f = Finalizers(o);
+  return std::find(f.begin(), f.end(), kFinalizer) != f.end();
+}
+std::string WorkloadClaimName(const json& cd) {
+  return Str(cd, "/spec/channel/resourceClaimTemplate/name"_json_pointer);
+}
+std::int64_t NumNodes(const json& cd) {
+  auto p = "/spec/numNodes"_json_pointer;
+  return cd.contains(p) && cd.at(p).is_number_integer() ? cd.at(p).get<std::int64_t>() : 0;
+}
+std::optional<int> ChannelOf(const json& cd) {
+  auto p = "/status/imexChannelID"_json_pointer;
+  if (!cd.contains(p) || !cd.at(p).is_number_integer()) return std::nullopt;
+  return cd.at(p).get<int>();
+}
+
+bool IsZero(const json& value) {
+  return value.is_null() || (value.is_number() && value == 0) || (value.is_boolean() && !value.get<bool>()) ||
+         (value.is_string() && value.get<std::string>().empty()) || (value.is_structured() && value.empty());
+}
+
+// Whether every field of `want` is in `have` with the same value (arrays
+// element by element, same length). Server defaults (fields we never set)
+// do not count as a difference, so an unchanged object is never rewritten.
+bool IsSubset(const json& want, const json& have) {
+  if (want.is_object()) {
+    if (!have.is_object()) return false;
+    for (const auto& [key, value] : want.items()) {
+      auto it = have.find(key);
+      if (it == have.end()) {
+        if (IsZero(value)) continue;  // the API server omits zero values
+        return false;
+      }
+      if (!IsSubset(value, *it)) return false;
+    }
+    return true;
+  }
+  if (want.is_array()) {
+    if (!have.is_array() || have.size() != want.size()) return false;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (!IsSubset(want[i], have[i])) return false;
+    }
+    return true;
+  }
+  return want == have;
+}
+
+bool PodReady(const json& pod) {
+  if (!pod.contains("/status/conditions"_json_pointer)) return false;
+  for (const json& c : pod["status"]["conditions"]) {
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return false;
+}
+
+std::vector<json> ByLabel(const k8s::cache::Informer& informer, std::string_view uid) {
+  std::vector<json> out;
+  auto objects = informer.store().ByIndex(k8s::cache::kLabelIndex,
+                                          k8s::cache::LabelIndexValue(kComputeDomainLabel, uid));
+  if (!objects.ok()) return out;
+  for (const ObjectPtr& o : *objects) out.push_back(*o);
+  return out;
+}
+
+std::vector<k8s::cache::Indexer> IndexersWithUid() {
+  auto indexers = k8s::cache::DefaultIndexers();
+  indexers.push_back({kUidIndex, [](const json& o) {
+                        std::string uid = Uid(o);
+                        return uid.empty() ? std::vector<std::string>{} : std::vector<std::string>{uid};
+                      }});
+  return indexers;
+}
+
+// The ResourceRef of a kind we own, for messages and writes.
+const k8s::ResourceRef& Rct() { return k8s::resources::kResourceClaimTemplates; }
+const k8s::ResourceRef& Ds() { return k8s::resources::kDaemonSets; }
+
+// Write options under the controller's field manager.
+k8s::PatchOptions PatchOptions(std::string subresource = "") {
+  k8s::PatchOptions options;
+  options.field_manager = std::string(kFieldManager);
+  options.subresource = std::move(subresource);
+  return options;
+}
+// Server-side apply of the fields only this controller writes (indexes);
+// forced, so indexes an older writer left behind are adopted, not a conflict.
+k8s::PatchOptions ApplyOptions(std::string subresource = "") {
+  k8s::PatchOptions options = PatchOptions(std::move(subresource));
+  options.force = true;
+  return options;
+}
+k8s::WriteOptions WriteOptions() {
+  k8s::WriteOptions options;
+  options.field_manager = std::string(kFieldManager);
+  return options;
+}
+
+}  // namespace
+
+std::string DaemonObjectName(std::string_view cd_uid) { return fmt::format("computedomain-daemon-{}", cd_uid); }
+
+struct Controller::Informers {
+  std::unique_ptr<k8s::cache::Informer> domains;
+  std::unique_ptr<k8s::cache::Informer> cliques;
+  std::unique_ptr<k8s::cache::Informer> pods;
+  std::unique_ptr<k8s::cache::Informer> daemon_sets;
+  std::unique_ptr<k8s::cache::Informer> claim_templates;
+
+  std::vector<k8s::cache::Informer*> All() const {
+    std::vector<k8s::cache::Informer*> out;
+    for (auto* p : {&domains, &cliques, &pods, &daemon_sets, &claim_templates}) {
+      if (*p) out.push_back(p->get());
+    }
+    return out;
+  }
+  ~Informers() {
+    for (auto* informer : All()) informer->Stop();
+  }
+};
+
+StatusOr<std::unique_ptr<Controller>> Controller::New(k8s::Client& client, ControllerOptions options) {
+  if (options.image_name.empty() && !options.host_managed) {
+    return common::InvalidArgumentError("--image-name (IMAGE_NAME) is required");
+  }
+  if (options.max_nodes_per_imex_domain <= 0) {
+    return common::InvalidArgumentError("--max-nodes-per-imex-domain: must be positive");
+  }
+  if (options.channel_isolation && options.imex_channel_count < 2) {
+    return common::InvalidArgumentError(
+        "--imex-channel-count: channel isolation needs at least 2 (channel 0 is the shared one)");
+  }
+  if (options.workers <= 0) options.workers = 1;
+  std::unique_ptr<Controller> controller(new Controller(client, std::move(options)));
+  k8s::EventRecorderOptions recorder_options;
+  recorder_options.reporting_controller = std::string(kReportingController);
+  recorder_options.reporting_instance =
+      controller->options_.instance.empty() ? "compute-domain-controller" : controller->options_.instance;
+  auto recorder = k8s::EventRecorder::New(&client, recorder_options);
+  if (!recorder.ok()) return recorder.status();
+  controller->recorder_ = std::move(*recorder);
+  return controller;
+}
+
+Controller::Controller(k8s::Client& client, ControllerOptions options)
+    : client_(client), options_(std::move(options)) {}
+
+Controller::~Controller() {
+  queue_.ShutDown();
+  informers_.reset();
+}
+
+ControllerStats Controller::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void Controller::CountWrite() {
+  std::lock_guard lock(mu_);
+  ++stats_.writes;
+}
+
+void Controller::EnqueueDomainKey(const ObjectPtr& object) {
+  if (object) queue_.Add(Key(*object));
+}
+
+void Controller::EnqueueByLabel(const ObjectPtr& object) {
+  if (!object || !informers_) return;
+  const std::string uid = Label(*object, kComputeDomainLabel);
+  if (uid.empty()) return;
+  auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
+  if (!domains.ok()) return;
+  for (const ObjectPtr& cd : *domains) queue_.Add(Key(*cd));
+}
+
+Status Controller::Run(std::stop_token stop) {
+  informers_ = std::make_unique<Informers>();
+  auto make = [&](const k8s::ResourceRef& ref, const std::string& ns, const std::string& selector,
+                  std::vector<k8s::cache::Indexer> indexers) {
+    k8s::cache::InformerOptions o;
+    o.description = ref.Name() + (ns.empty() ? "" : " in " + ns);
+    o.label_selector = selector;
+    o.indexers = std::move(indexers);
+    return std::make_unique<k8s::cache::Informer>(std::make_unique<k8s::RestListWatch>(client_, ref, ns), o);
+  };
+  const std::string label(kComputeDomainLabel);
+  informers_->domains = make(k8s::resources::kComputeDomains, "", "", IndexersWithUid());
+  if (!options_.host_managed) {
+    if (options_.cliques_enabled) {
+      informers_->cliques = make(k8s::resources::kComputeDomainCliques, options_.driver_namespace, "",
+                                 k8s::cache::DefaultIndexers());
+    }
+    informers_->pods = make(k8s::resources::kPods, options_.driver_namespace, label, k8s::cache::DefaultIndexers());
+    informers_->daemon_sets = make(Ds(), options_.driver_namespace, label, k8s::cache::DefaultIndexers());
+  }
+  informers_->claim_templates = make(Rct(), "", label, k8s::cache::DefaultIndexers());
+
+  informers_->domains->AddEventHandler({
+      .on_add = [this](const ObjectPtr& o) { EnqueueDomainKey(o); },
+      .on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueDomainKey(o); },
+      .on_delete = [this](const ObjectPtr& o) { EnqueueDomainKey(o); },
+      .needs_old_object = false,
+  });
+  const k8s::cache::EventHandler by_label{
+      .on_add = [this](const ObjectPtr& o) { EnqueueByLabel(o); },
+      .on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueByLabel(o); },
+      .on_delete = [this](const ObjectPtr& o) { EnqueueByLabel(o); },
+      .needs_old_object = false,
+  };
+  for (auto* informer : informers_->All()) {
+    if (informer != informers_->domains.get()) informer->AddEventHandler(by_label);
+  }
+  for (auto* informer : informers_->All()) informer->Start();
+  const auto deadline = k8s::workqueue::RealClock().Now() + options_.sync_timeout;
+  for (auto* informer : informers_->All()) {
+    if (!informer->WaitForSyncUntil(deadline)) {
+      if (stop.stop_requested()) return OkStatus();
+      return common::DeadlineExceededError(fmt::format(
+          "{} did not sync within {}s: are the CRDs installed and the RBAC rules in place?",
+          informer->options().description, options_.sync_timeout.count()));
+    }
+  }
+  // Channels already handed out, so a restart never gives one away twice.
+  {
+    std::lock_guard lock(mu_);
+    for (const ObjectPtr& cd : informers_->domains->store().List()) {
+      if (auto channel = ChannelOf(*cd)) channels_[Uid(*cd)] = *channel;
+    }
+  }
+  if (Status status = CleanupStale(stop); !status.ok()) {
+    // Not fatal: the objects stay until the next start; say so.
+    LOG_WARNING("stale-object cleanup incomplete", {{"err", status}});
+  }
+  LOG_INFO(0, "controller started", {{"domains", informers_->domains->store().size()},
+                                     {"workers", options_.workers}});
+
+  std::stop_callback shutdown(stop, [this] { queue_.ShutDown(); });
+  {
+    std::vector<std::jthread> workers;
+    for (int i = 0; i < options_.workers; ++i) {
+      workers.emplace_back([this, stop] { Work(stop); });
+    }
+  }
+  recorder_->WaitIdle(std::chrono::seconds(2));
+  return OkStatus();
+}
+
+void Controller::Work(std::stop_token stop) {
+  while (std::optional<std::string> key = queue_.Get(stop)) {
+    Status status = Reconcile(*key, stop);
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.reconciles;
+      if (!status.ok()) ++stats_.failures;
+    }
+    if (status.ok()) {
+      queue_.Forget(*key);
+    } else if (!stop.stop_requested()) {
+      // Conflicts and "still there" are expected while objects settle.
+      const bool expected = k8s::IsConflict(status) || status.code() == common::StatusCode::kUnavailable;
+      LOG_INFO(expected ? 2 : 0, "reconcile failed; retrying", {{"computeDomain", *key}, {"err", status}});
+      queue_.AddRateLimited(*key);
+    }
+    queue_.Done(*key);
+  }
+}
+
+Status Controller::Reconcile(const std::string& key, std::stop_token stop) {
+  ObjectPtr object = informers_->domains->store().Get(key);
+  if (!object) return OkStatus();  // gone: Teardown ran before its finalizer went
+  const json& cd = *object;
+  if (Deleting(cd)) {
+    if (!HasFinalizer(cd)) return OkStatus();
+    return Teardown(cd, stop);
+  }
+  return ReconcileLive(cd, stop);
+}
+
+Status Controller::ReconcileLive(const json& cd, std::stop_token stop) {
+  RETURN_IF_ERROR(EnsureFinalizer(cd, stop));
+  StatusOr<std::optional<int>> channel = EnsureChannel(cd, stop);
+  if (!channel.ok()) return channel.status();
+  if (!options_.host_managed) {
+    StatusOr<json> daemon_claim = RenderDaemonClaim(cd);
+    if (!daemon_claim.ok()) return daemon_claim.status();
+    RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *daemon_claim, stop));
+    StatusOr<json> daemon_set = RenderDaemonSet(cd);
+    if (!daemon_set.ok()) return daemon_set.status();
+    RETURN_IF_ERROR(EnsureObject(cd, Ds(), *informers_->daemon_sets, *daemon_set, stop));
+  }
+  StatusOr<json> workload = RenderWorkloadClaim(cd, *channel);
+  if (!workload.ok()) return workload.status();
+  RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *workload, stop));
+  if (!options_.host_managed) {
+    RETURN_IF_ERROR(options_.cliques_enabled ? AssignCliqueIndexes(cd, stop) : AssignStatusIndexes(cd, stop));
+  }
+  return UpdateStatus(cd, stop);
+}
+
+Status Controller::EnsureFinalizer(const json& cd, std::stop_token stop) {
+  if (HasFinalizer(cd)) return OkStatus();
+  json finalizers = Finalizers(cd);
+  finalizers.push_back(kFinalizer);
+  // resourceVersion in a merge patch is a precondition: a stale cache is a
+  // conflict, retried after the informer caught up.
+  json patch = {{"metadata", {{"finalizers", finalizers}, {"resourceVersion", cd["metadata"]["resourceVersion"]}}}};
+  CountWrite();
+  auto result = client_.Patch(k8s::resources::kComputeDomains, Namespace(cd), Name(cd), k8s::PatchType::kMerge,
+                              patch, PatchOptions(), stop);
+  return result.ok() ? OkStatus() : result.status();
+}
+
+StatusOr<std::optional<int>> Controller::EnsureChannel(const json& cd, std::stop_token stop) {
+  if (!options_.channel_isolation) return std::optional<int>();
+  const std::string uid = Uid(cd);
+  int channel = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (auto existing = ChannelOf(cd)) {
+      channels_[uid] = *existing;
+      return std::optional<int>(*existing);
+    }
+    auto it = channels_.find(uid);
+    if (it != channels_.end()) {
+      channel = it->second;
+    } else {
+      std::set<int> used;
+      for (const auto& [other, id] : channels_) used.insert(id);
+      for (const ObjectPtr& other : informers_->domains->store().List()) {
+        if (auto id = ChannelOf(*other)) used.insert(*id);
+      }
+      std::optional<int> free = AssignChannel(used, options_.imex_channel_count);
+      if (!free) {
+        Emit(cd, k8s::EventType::kWarning, "NoFreeChannel",
+             fmt::format("all {} IMEX channels are taken by other ComputeDomains (--imex-channel-count); "
+                         "the workload claim template waits for one to be freed",
+                         options_.imex_channel_count - 1));
+        return common::ResourceExhaustedError("no free IMEX channel");
+      }
+      channel = *free;
+      channels_[uid] = channel;  // reserved before the write, so no other domain takes it meanwhile
+    }
+  }
+  json patch = {{"status", {{"imexChannelID", channel}}}};
+  CountWrite();
+  auto result = client_.Patch(k8s::resources::kComputeDomains, Namespace(cd), Name(cd), k8s::PatchType::kMerge,
+                              patch, PatchOptions("status"), stop);
+  if (!result.ok()) return result.status();
+  Emit(cd, k8s::EventType::kNormal, "ChannelAssigned", fmt::format("IMEX channel {} assigned", channel));
+  return std::optional<int>(channel);
+}
+
+StatusOr<json> Controller::RenderDaemonClaim(const json& cd) const {
+  const std::string uid = Uid(cd);
+  return RenderTemplate(kDaemonClaimTemplate, options_.templates.daemon_claim,
+                        {{"NAMESPACE", options_.driver_namespace},
+                         {"NAME", DaemonObjectName(uid)},
+                         {"FINALIZER", std::string(kFinalizer)},
+                         {"COMPUTE_DOMAIN_LABEL_KEY", std::string(kComputeDomainLabel)},
+                         {"COMPUTE_DOMAIN_UID", uid},
+                         {"TARGET_LABEL_KEY", std::string(kTargetLabel)}});
+}
+
+StatusOr<json> Controller::RenderDaemonSet(const json& cd) const {
+  const std::string uid = Uid(cd);
+  StatusOr<json> ds = RenderTemplate(kDaemonSetTemplate, options_.templates.daemon_set,
+                                     {{"NAMESPACE", options_.driver_namespace},
+                                      {"NAME", DaemonObjectName(uid)},
+                                      {"FINALIZER", std::string(kFinalizer)},
+                                      {"COMPUTE_DOMAIN_LABEL_KEY", std::string(kComputeDomainLabel)},
+                                      {"COMPUTE_DOMAIN_UID", uid},
+                                      {"IMAGE_NAME", options_.image_name},
+                                      {"LOG_VERBOSITY", std::to_string(options_.log_verbosity_cd_daemon)},
+                                      {"MAX_NODES_PER_IMEX_DOMAIN", std::to_string(options_.max_nodes_per_imex_domain)},
+                                      {"RESOURCE_CLAIM_TEMPLATE_NAME", DaemonObjectName(uid)}});
+  if (!ds.ok()) return ds;
+  json& pod_spec = (*ds)["spec"]["template"]["spec"];
+  if (!options_.image_pull_secret_names.empty()) {
+    json secrets = json::array();
+    for (const std::string& name : options_.image_pull_secret_names) secrets.push_back({{"name", name}});
+    pod_spec["imagePullSecrets"] = secrets;
+  }
+  if (!options_.daemon_feature_gates.empty()) {
+    for (json& container : pod_spec["containers"]) {
+      container["env"].push_back({{"name", "FEATURE_GATES"}, {"value", options_.daemon_feature_gates}});
+    }
+  }
+  return ds;
+}
+
+StatusOr<json> Controller::RenderWorkloadClaim(const json& cd, std::optional<int> channel) const {
+  // hostManaged always asks for one channel, as upstream.
+  std::string mode = Str(cd, "/spec/channel/allocationMode"_json_pointer);
+  if (mode.empty() || options_.host_managed) mode = "Single";
+  StatusOr<json> rct = RenderTemplate(kWorkloadClaimTemplate, options_.templates.workload_claim,
+                                      {{"NAMESPACE", Namespace(cd)},
+                                       {"NAME", WorkloadClaimName(cd)},
+                                       {"FINALIZER", std::string(kFinalizer)},
+                                       {"COMPUTE_DOMAIN_LABEL_KEY", std::string(kComputeDomainLabel)},
+                                       {"COMPUTE_DOMAIN_UID", Uid(cd)},
+                                       {"TARGET_LABEL_KEY", std::string(kTargetLabel)},
+                                       {"ALLOCATION_MODE", mode}});
+  if (!rct.ok() || !channel) return rct;
+  // Channel isolation: only this domain's channel device matches.
+  for (json& request : (*rct)["spec"]["spec"]["devices"]["requests"]) {
+    request["exactly"]["selectors"] = json::array(
+        {{{"cel",
+           {{"expression", fmt::format("device.attributes[\"compute-domain.nvidia.com\"].id == {}", *channel)}}}}});
+  }
+  return rct;
+}
+
+Status Controller::EnsureObject(const json& cd, const k8s::ResourceRef& ref, const k8s::cache::Informer& cache,
+                                const json& desired, std::stop_token stop) {
+  const std::string ns = Namespace(desired);
+  const std::string name = Name(desired);
+  const std::string uid = Uid(cd);
+  ObjectPtr existing = cache.store().Get(ns + "/" + name);
+  if (!existing) {
+    CountWrite();
+    auto created = client_.Create(ref, ns, desired, WriteOptions(), stop);
+    if (created.ok() || k8s::IsAlreadyExists(created.status())) return OkStatus();  // the informer brings it
+    return created.status();
+  }
+  const json& have = *existing;
+  if (Label(have, kComputeDomainLabel) != uid) {
+    // Someone else's object under the name this domain asks for.
+    Emit(cd, k8s::EventType::kWarning, "NameConflict",
+         fmt::format("{} {}/{} exists and does not belong to this ComputeDomain; delete or rename it, or use "
+                     "another spec.channel.resourceClaimTemplate.name",
+                     ref.Name(), ns, name));
+    return common::FailedPreconditionError(fmt::format("{} {}/{} belongs to someone else", ref.Name(), ns, name));
+  }
+  if (Deleting(have)) {
+    // Deleted under a live domain: let it go, the next reconcile recreates it.
+    return ReleaseOwned(ref, ns, name, stop);
+  }
+  if (IsSubset(desired["spec"], have["spec"]) && IsSubset(desired["metadata"]["labels"], have["metadata"]["labels"]) &&
+      HasFinalizer(have)) {
+    return OkStatus();
+  }
+  if (ref.resource == Rct().resource && !IsSubset(desired["spec"], have["spec"])) {
+    // A claim template's spec is immutable: replace it (isolation mode
+    // changed, or someone edited it). The delete event requeues the domain,
+    // which then creates the new one.
+    LOG_INFO(0, "replacing a claim template whose spec is not the wanted one",
+             {{"object", ref.Name() + " " + ns + "/" + name}});
+    RETURN_IF_ERROR(DeleteOwned(ref, ns, name, uid, stop));
+    return ReleaseOwned(ref, ns, name, stop);
+  }
+  json updated = have;
+  updated["spec"] = desired["spec"];
+  for (const auto& [k, v] : desired["metadata"]["labels"].items()) updated["metadata"]["labels"][k] = v;
+  if (!HasFinalizer(updated)) updated["metadata"]["finalizers"].push_back(kFinalizer);
+  CountWrite();
+  auto result = client_.Update(ref, ns, updated, WriteOptions(), stop);
+  if (result.ok()) {
+    LOG_INFO(1, "updated to the wanted state", {{"object", ref.Name() + " " + ns + "/" + name}});
+  }
+  return result.ok() ? OkStatus() : result.status();
+}
+
+Status Controller::AssignCliqueIndexes(const json& cd, std::stop_token stop) {
+  Status first_error = OkStatus();
+  for (const json& clique : ByLabel(*informers_->cliques, Uid(cd))) {
+    const std::vector<CliqueMember> members = CliqueMembers(clique);
+    IndexAssignment assignment = AssignIndexes(members, options_.max_nodes_per_imex_domain);
+    for (const std::string& node : assignment.over_limit) {
+      Emit(cd, k8s::EventType::kWarning, "CliqueFull",
+           fmt::format("node {} cannot join clique {}: it already has {} daemons (--max-nodes-per-imex-domain); "
+                       "its workload stays pending until one leaves",
+                       node, Name(clique), options_.max_nodes_per_imex_domain));
+    }
+    if (assignment.assigned.empty()) continue;
+    // Apply every index this manager owns: an apply that leaves one out
+    // would remove it.
+    json entries = json::array();
+    for (const CliqueMember& m : members) {
+      auto it = assignment.indexes.find(m.node_name);
+      if (it != assignment.indexes.end()) entries.push_back({{"nodeName", m.node_name}, {"index", it->second}});
+    }
+    json intent = {{"apiVersion", kApiVersion},
+                   {"kind", "ComputeDomainClique"},
+                   {"metadata", {{"name", Name(clique)}, {"namespace", Namespace(clique)}}},
+                   {"daemons", entries}};
+    const std::string memo_key = "clique/" + Key(clique);
+    const std::string base = Str(clique, "/metadata/resourceVersion"_json_pointer);
+    if (AlreadyWritten(memo_key, base, intent)) continue;  // our write is not in the cache yet
+    CountWrite();
+    auto result = client_.Apply(k8s::resources::kComputeDomainCliques, Namespace(clique), intent,
+                                ApplyOptions(), stop);
+    if (result.ok()) RememberWrite(memo_key, base, intent);
+    if (!result.ok()) {
+      if (first_error.ok()) first_error = result.status();
+      continue;
+    }
+    LOG_INFO(1, "indexes assigned", {{"clique", Name(clique)}, {"nodes", fmt::format("{}", fmt::join(assignment.assigned, ","))}});
+  }
+  return first_error;
+}
+
+Status Controller::AssignStatusIndexes(const json& cd, std::stop_token stop) {
+  const std::vector<CliqueMember> members = CliqueMembers(cd, MembershipStore::kComputeDomainStatus);
+  std::map<std::string, std::vector<CliqueMember>> by_clique;
+  for (const CliqueMember& m : members) {
+    if (!m.clique_id.empty()) by_clique[m.clique_id].push_back(m);
+  }
+  json entries = json::array();
+  bool changed = false;
+  for (const auto& [clique, group] : by_clique) {
+    IndexAssignment assignment = AssignIndexes(group, options_.max_nodes_per_imex_domain);
+    for (const std::string& node : assignment.over_limit) {
+      Emit(cd, k8s::EventType::kWarning, "CliqueFull",
+           fmt::format("node {} cannot join clique {}: it already has {} daemons (--max-nodes-per-imex-domain)",
+                       node, clique, options_.max_nodes_per_imex_domain));
+    }
+    changed = changed || !assignment.assigned.empty();
+    for (const auto& [node, index] : assignment.indexes) entries.push_back({{"name", node}, {"index", index}});
+  }
+  if (!changed) return OkStatus();
+  json intent = {{"apiVersion", kApiVersion},
+                 {"kind", "ComputeDomain"},
+                 {"metadata", {{"name", Name(cd)}, {"namespace", Namespace(cd)}}},
+                 {"status", {{"nodes", entries}}}};
+  CountWrite();
+  auto result = client_.Apply(k8s::resources::kComputeDomains, Namespace(cd), intent,
+                              ApplyOptions("status"),
+                              stop);
+  return result.ok() ? OkStatus() : result.status();
+}
+
+Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
+  const std::string uid = Uid(cd);
+  json nodes = json::array();
+  std::string status = "Ready";
+  std::string why;
+  if (!options_.host_managed) {
+    if (options_.cliques_enabled) {
+      for (const json& clique : ByLabel(*informers_->cliques, uid)) {
+        for (const CliqueMember& m : CliqueMembers(clique)) {
+          json node = {{"name", m.node_name}, {"ipAddress", m.ip_address}, {"cliqueID", m.clique_id},
+                       {"status", m.status.empty() ? std::string(kDaemonNotReady) : m.status}};
+          if (m.index) node["index"] = *m.index;
+          nodes.push_back(std::move(node));
+        }
+      }
+      // Daemons on nodes without a fabric have no clique: their pod says it.
+      for (const json& pod : ByLabel(*informers_->pods, uid)) {
+        if (!HasLabel(pod, kComputeDomainCliqueLabel) || !Label(pod, kComputeDomainCliqueLabel).empty()) continue;
+        const std::string node = Str(pod, "/spec/nodeName"_json_pointer);
+        if (node.empty() || Deleting(pod)) continue;
+        nodes.push_back({{"name", node},
+                         {"ipAddress", Str(pod, "/status/podIP"_json_pointer)},
+                         {"cliqueID", ""},
+                         {"index", -1},
+                         {"status", PodReady(pod) ? kDaemonReady : kDaemonNotReady}});
+      }
+      std::sort(nodes.begin(), nodes.end(),
+                [](const json& a, const json& b) { return a["name"].get<std::string>() < b["name"].get<std::string>(); });
+    } else if (cd.contains("/status/nodes"_json_pointer)) {
+      nodes = cd["status"]["nodes"];  // written by the daemons themselves
+    }
+    std::vector<std::string> not_ready;
+    for (const json& n : nodes) {
+      if (n.value("status", std::string(kDaemonNotReady)) != kDaemonReady) not_ready.push_back(n.value("name", ""));
+    }
+    const std::int64_t want = NumNodes(cd);
+    if (static_cast<std::int64_t>(nodes.size()) < want) {
+      status = "NotReady";
+      why = fmt::format("waiting for nodes: {} of {} (spec.numNodes) IMEX daemons joined", nodes.size(), want);
+    } else if (!not_ready.empty()) {
+      status = "NotReady";
+      if (not_ready.size() > 8) not_ready.resize(8);
+      why = fmt::format("IMEX daemons not ready on: {}", fmt::join(not_ready, ", "));
+    }
+  }
+
+  // Events on transitions only (and on a new kind of reason), not per poll.
+  const std::string category = status == "Ready" ? "Ready" : why.substr(0, why.find(':'));
+  bool emit = false;
+  {
+    std::lock_guard lock(mu_);
+    std::string& last = last_why_[uid];
+    emit = last != category;
+    last = category;
+  }
+  if (emit) {
+    if (status == "Ready") {
+      Emit(cd, k8s::EventType::kNormal, "Ready",
+           fmt::format("ComputeDomain is Ready ({} nodes)", nodes.size()));
+    } else {
+      Emit(cd, k8s::EventType::kWarning, "NotReady", why);
+    }
+  }
+
+  json current_nodes = cd.contains("/status/nodes"_json_pointer) ? cd["status"]["nodes"] : json::array();
+  std::sort(current_nodes.begin(), current_nodes.end(), [](const json& a, const json& b) {
+    return a.value("name", "") < b.value("name", "");
+  });
+  const std::string current_status = Str(cd, "/status/status"_json_pointer);
+  const bool write_nodes = options_.cliques_enabled && !options_.host_managed && current_nodes != nodes;
+  if (current_status == status && !write_nodes) return OkStatus();
+  json patch_status = {{"status", status}};
+  if (write_nodes) patch_status["nodes"] = nodes;
+  const json patch = {{"status", patch_status}};
+  const std::string memo_key = "status/" + uid;
+  const std::string base = Str(cd, "/metadata/resourceVersion"_json_pointer);
+  if (AlreadyWritten(memo_key, base, patch)) return OkStatus();  // our write is not in the cache yet
+  CountWrite();
+  auto result = client_.Patch(k8s::resources::kComputeDomains, Namespace(cd), Name(cd), k8s::PatchType::kMerge,
+                              patch, PatchOptions("status"), stop);
+  if (result.ok()) RememberWrite(memo_key, base, patch);
+  if (result.ok() && current_status != status) {
+    LOG_INFO(0, "status changed", {{"computeDomain", Key(cd)}, {"status", status}, {"nodes", nodes.size()}});
+  }
+  return result.ok() ? OkStatus() : result.status();
+}
+
+Status Controller::DeleteOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
+                               const std::string& uid, std::stop_token stop) {
+  CountWrite();
+  k8s::DeleteOptions options;
+  options.propagation_policy = "Background";
+  auto result = client_.Delete(ref, ns, name, options, stop);
+  if (result.ok() || k8s::IsNotFound(result.status())) return OkStatus();
+  (void)uid;
+  return result.status();
+}
+
+Status Controller::ReleaseOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
+                                std::stop_token stop) {
+  auto current = client_.Get(ref, ns, name, {}, stop);
+  if (!current.ok()) return k8s::IsNotFound(current.status()) ? OkStatus() : current.status();
+  if (HasFinalizer(*current)) {
+    json finalizers = json::array();
+    for (const std::string& f : Finalizers(*current)) {
+      if (f != kFinalizer) finalizers.push_back(f);
+    }
+    json patch = {{"metadata", {{"finalizers", finalizers}, {"resourceVersion", (*current)["metadata"]["resourceVersion"]}}}};
+    CountWrite();
+    auto patched = client_.Patch(ref, ns, name, k8s::PatchType::kMerge, patch,
+                                 PatchOptions(), stop);
+    if (!patched.ok()) return k8s::IsNotFound(patched.status()) ? OkStatus() : patched.status();
+  }
+  // Assert it is gone (other finalizers, e.g. the garbage collector's, may
+  // hold it a little longer; its delete event requeues the domain).
+  auto after = client_.Get(ref, ns, name, {}, stop);
+  if (!after.ok()) return k8s::IsNotFound(after.status()) ? OkStatus() : after.status();
+  if (!Deleting(*after)) {
+    return common::FailedPreconditionError(fmt::format("{} {}/{} still exists and is not being deleted", ref.Name(), ns, name));
+  }
+  return common::UnavailableError(fmt::format("{} {}/{} is still being deleted", ref.Name(), ns, name));
+}
+
+Status Controller::RemoveNodeLabels(const std::string& uid, std::stop_token stop) {
+  k8s::ListOptions list;
+  list.label_selector = uid.empty() ? std::string(kComputeDomainLabel)
+                                    : fmt::format("{}={}", kComputeDomainLabel, uid);
+  auto nodes = client_.ListAll(k8s::resources::kNodes, "", list, stop);
+  if (!nodes.ok()) return nodes.status();
+  std::set<std::string> live;
+  if (uid.empty()) {
+    for (const ObjectPtr& cd : informers_->domains->store().List()) live.insert(Uid(*cd));
+  }
+  for (const json& node : (*nodes)["items"]) {
+    if (uid.empty() && live.contains(Label(node, kComputeDomainLabel))) continue;
+    CountWrite();
+    auto patched = client_.Patch(k8s::resources::kNodes, "", Name(node), k8s::PatchType::kMerge,
+                                 {{"metadata", {{"labels", {{std::string(kComputeDomainLabel), nullptr}}}}}},
+                                 PatchOptions(), stop);
+    if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();
+  }
+  return OkStatus();
+}
+
+Status Controller::Teardown(const json& cd, std::stop_token stop) {
+  const std::string uid = Uid(cd);
+  const std::string daemon_name = DaemonObjectName(uid);
+  const std::string workload = WorkloadClaimName(cd);
+  // The workload template only when it is ours (a user's object of that
+  // name was never adopted).
+  ObjectPtr workload_object = informers_->claim_templates->store().Get(Namespace(cd) + "/" + workload);
+  const bool own_workload = workload_object && Label(*workload_object, kComputeDomainLabel) == uid;
+  // 1. Workload template first: no new workload claims for this domain.
+  if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, uid, stop));
+  if (!options_.host_managed) {
+    // 2. Daemons and their claim template.
+    RETURN_IF_ERROR(DeleteOwned(Ds(), options_.driver_namespace, daemon_name, uid, stop));
+    RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, uid, stop));
+    // 3. Node labels set by the kubelet plugin for this domain.
+    RETURN_IF_ERROR(RemoveNodeLabels(uid, stop));
+  }
+  // 4. Finalizers off, absence checked: workload template, then the daemon's.
+  if (own_workload) RETURN_IF_ERROR(ReleaseOwned(Rct(), Namespace(cd), workload, stop));
+  if (!options_.host_managed) {
+    RETURN_IF_ERROR(ReleaseOwned(Ds(), options_.driver_namespace, daemon_name, stop));
+    RETURN_IF_ERROR(ReleaseOwned(Rct(), options_.driver_namespace, daemon_name, stop));
+    // 5. Cliques: their daemons are gone with the DaemonSet.
+    if (informers_->cliques) {
+      for (const json& clique : ByLabel(*informers_->cliques, uid)) {
+        RETURN_IF_ERROR(DeleteOwned(k8s::resources::kComputeDomainCliques, Namespace(clique), Name(clique), uid, stop));
+      }
+    }
+  }
+  // 6. The domain itself.
+  json finalizers = json::array();
+  for (const std::string& f : Finalizers(cd)) {
+    if (f != kFinalizer) finalizers.push_back(f);
+  }
+  CountWrite();
+  auto patched = client_.Patch(k8s::resources::kComputeDomains, Namespace(cd), Name(cd), k8s::PatchType::kMerge,
+                               {{"metadata", {{"finalizers", finalizers}, {"resourceVersion", cd["metadata"]["resourceVersion"]}}}},
+                               PatchOptions(), stop);
+  if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();
+  {
+    std::lock_guard lock(mu_);
+    channels_.erase(uid);
+    last_why_.erase(uid);
+    written_.erase("status/" + uid);
+    std::erase_if(written_, [&](const auto& item) { return item.first.starts_with("clique/" + options_.driver_namespace + "/" + uid + "."); });
+  }
+  LOG_INFO(0, "ComputeDomain torn down", {{"computeDomain", Key(cd)}, {"uid", uid}});
+  return OkStatus();
+}
+
+Status Controller::CleanupStale(std::stop_token stop) {
+  std::set<std::string> live;
+  for (const ObjectPtr& cd : informers_->domains->store().List()) live.insert(Uid(*cd));
+  Status first_error = OkStatus();
+  auto note = [&](const Status& s) {
+    if (!s.ok() && first_error.ok()) first_error = s;
+  };
+  auto sweep = [&](const k8s::cache::Informer* informer, const k8s::ResourceRef& ref, bool finalized) {
+    if (informer == nullptr) return;
+    for (const ObjectPtr& o : informer->store().List()) {
+      const std::string uid = Label(*o, kComputeDomainLabel);
+      if (uid.empty() || live.contains(uid)) continue;
+      LOG_INFO(0, "removing an object of a ComputeDomain that no longer exists",
+               {{"object", ref.Name() + " " + Key(*o)}, {"uid", uid}});
+      note(DeleteOwned(ref, Namespace(*o), Name(*o), uid, stop));
+      if (finalized) {
+        Status released = ReleaseOwned(ref, Namespace(*o), Name(*o), stop);
+        if (released.code() != common::StatusCode::kUnavailable) note(released);
+      }
+    }
+  };
+  sweep(informers_->claim_templates.get(), Rct(), true);
+  sweep(informers_->daemon_sets.get(), Ds(), true);
+  sweep(informers_->cliques.get(), k8s::resources::kComputeDomainCliques, false);
+  if (!options_.host_managed) note(RemoveNodeLabels("", stop));
+  return first_error;
+}
+
+bool Controller::AlreadyWritten(const std::string& key, const std::string& base_version, const json& body) const {
+  std::lock_guard lock(mu_);
+  auto it = written_.find(key);
+  return it != written_.end() && it->second.first == base_version && it->second.second == body;
+}
+
+void Controller::RememberWrite(const std::string& key, const std::string& base_version, const json& body) {
+  std::lock_guard lock(mu_);
+  written_[key] = {base_version, body};
+}
+
+void Controller::Emit(const json& cd, k8s::EventType type, std::string_view reason, std::string_view note) {
+  json regarding = cd;
+  regarding["apiVersion"] = kApiVersion;
+  regarding["kind"] = "ComputeDomain";
+  recorder_->Emit(k8s::ObjectReference::FromObject(regarding), type, reason, "Reconcile", note);
+}
+
+}  // namespace nvdra::computedomain::controller

@@ -1,0 +1,158 @@
+#pragma once
+
+// compute-domain-controller's reconciler: turns each ComputeDomain into its
+// IMEX daemon DaemonSet and claim templates, assigns IMEX indexes (the single
+// writer of `index`, see clique_membership.h), keeps the global status and
+// tears everything down in order when the domain is deleted.
+// Defines: ControllerOptions, Controller, and the names it uses.
+//
+// Event-driven: informers on ComputeDomains (all namespaces), cliques and
+// daemon pods (driver namespace) and the DaemonSets and claim templates it
+// owns (label-selected) feed one rate-limited work queue keyed by
+// "<namespace>/<name>" of the ComputeDomain; a change to any of them
+// reconciles its domain at once (no periodic status poll). Every write is
+// made only when the cached state differs from the wanted one.
+//
+// Reconcile of a live domain (driverManaged): finalizer; channel ID (channel
+// isolation); daemon claim template and DaemonSet in the driver namespace;
+// workload claim template in the domain's namespace; indexes; status.
+// hostManaged: finalizer, workload claim template, status Ready.
+// Deletion: workload template, DaemonSet, daemon template deleted; node
+// labels removed; their finalizers removed and their absence checked on the
+// server; cliques deleted; then the domain's finalizer removed.
+//
+// Ownership: borrows the Client (must outlive it); owns its informers,
+// queue, event recorder and worker threads. Thread-safety: Run is called
+// once; the rest is internal.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "computedomain/controller/templates.h"
+#include "k8s/cache/informer.h"
+#include "k8s/client.h"
+#include "k8s/event_recorder.h"
+#include "k8s/workqueue/workqueue.h"
+
+namespace nvdra::computedomain::controller {
+
+inline constexpr std::string_view kFinalizer = "resource.nvidia.com/computeDomain";
+inline constexpr std::string_view kTargetLabel = "resource.nvidia.com/computeDomainTarget";
+inline constexpr std::string_view kFieldManager = "compute-domain-controller";
+inline constexpr std::string_view kReportingController = "resource.nvidia.com/compute-domain-controller";
+
+// "computedomain-daemon-<uid>": the DaemonSet and the daemon claim template.
+std::string DaemonObjectName(std::string_view cd_uid);
+
+struct ControllerOptions {
+  std::string driver_namespace = "default";
+  std::string image_name;
+  std::vector<std::string> image_pull_secret_names;
+  int log_verbosity_cd_daemon = 0;
+  int max_nodes_per_imex_domain = 18;
+  bool host_managed = false;
+  // --imex-isolation=channel: a channel per domain, in [1, imex_channel_count).
+  bool channel_isolation = false;
+  int imex_channel_count = 128;
+  bool cliques_enabled = true;  // gate ComputeDomainCliques: entries in cliques, else in status.nodes
+  std::string daemon_feature_gates;  // FEATURE_GATES for the daemons; empty: not set
+  Templates templates;
+  std::string instance;  // this replica (pod name), for Events
+  int workers = 4;
+  std::chrono::seconds sync_timeout{120};
+};
+
+// Counters since start, for tests and logs.
+struct ControllerStats {
+  std::uint64_t reconciles = 0;
+  std::uint64_t failures = 0;
+  std::uint64_t writes = 0;  // creates, updates, patches, applies, deletes
+};
+
+class Controller {
+ public:
+  // kInvalidArgument for options that cannot work (no image, max nodes or
+  // channel count out of range).
+  static common::StatusOr<std::unique_ptr<Controller>> New(k8s::Client& client, ControllerOptions options);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Starts the informers, waits for their first lists (kDeadlineExceeded
+  // after sync_timeout: CRDs missing, no access), removes objects of domains
+  // that no longer exist, then reconciles until `stop`. Returns OK after
+  // `stop`. Call once.
+  common::Status Run(std::stop_token stop);
+
+  ControllerStats stats() const;
+
+ private:
+  Controller(k8s::Client& client, ControllerOptions options);
+  struct Informers;
+
+  void EnqueueDomainKey(const k8s::cache::ObjectPtr& object);
+  void EnqueueByLabel(const k8s::cache::ObjectPtr& object);
+  void Work(std::stop_token stop);
+  common::Status Reconcile(const std::string& key, std::stop_token stop);
+  common::Status ReconcileLive(const nlohmann::json& cd, std::stop_token stop);
+  common::Status Teardown(const nlohmann::json& cd, std::stop_token stop);
+  common::Status CleanupStale(std::stop_token stop);
+
+  // Writes with bookkeeping.
+  common::Status EnsureFinalizer(const nlohmann::json& cd, std::stop_token stop);
+  common::StatusOr<std::optional<int>> EnsureChannel(const nlohmann::json& cd, std::stop_token stop);
+  common::Status EnsureObject(const nlohmann::json& cd, const k8s::ResourceRef& ref, const k8s::cache::Informer& cache,
+                              const nlohmann::json& desired, std::stop_token stop);
+  common::Status AssignCliqueIndexes(const nlohmann::json& cd, std::stop_token stop);
+  common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
+  common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
+  common::Status DeleteOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
+                             const std::string& uid, std::stop_token stop);
+  // Removes our finalizer from the object, then checks it is gone;
+  // kUnavailable while it is still there.
+  common::Status ReleaseOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
+                              std::stop_token stop);
+  common::Status RemoveNodeLabels(const std::string& uid_or_all, std::stop_token stop);
+
+  common::StatusOr<nlohmann::json> RenderDaemonSet(const nlohmann::json& cd) const;
+  common::StatusOr<nlohmann::json> RenderDaemonClaim(const nlohmann::json& cd) const;
+  common::StatusOr<nlohmann::json> RenderWorkloadClaim(const nlohmann::json& cd, std::optional<int> channel) const;
+
+  // Whether `body` was already written on top of the object at
+  // `base_version`: then the cache only lags behind our own write, and
+  // writing again would change nothing.
+  bool AlreadyWritten(const std::string& key, const std::string& base_version, const nlohmann::json& body) const;
+  void RememberWrite(const std::string& key, const std::string& base_version, const nlohmann::json& body);
+
+  void Emit(const nlohmann::json& cd, k8s::EventType type, std::string_view reason, std::string_view note);
+  void CountWrite();
+
+  k8s::Client& client_;
+  const ControllerOptions options_;
+  std::unique_ptr<k8s::EventRecorder> recorder_;
+  k8s::workqueue::WorkQueue<std::string> queue_;
+
+  mutable std::mutex mu_;  // guards the members below
+  std::map<std::string, int> channels_;         // domain UID -> channel ID handed out
+  std::map<std::string, std::string> last_why_;  // domain UID -> last status explanation emitted
+  // "status/<uid>" or "clique/<ns>/<name>" -> (resourceVersion written on, body)
+  std::map<std::string, std::pair<std::string, nlohmann::json>> written_;
+  ControllerStats stats_;
+
+  // Last: stopped before the members above go.
+  std::unique_ptr<Informers> informers_;
+};
+
+}  // namespace nvdra::computedomain::controller

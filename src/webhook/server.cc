@@ -88,6 +88,11 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOption
   // An AdmissionReview carries the object twice on UPDATE; etcd caps one
   // object at 1.5 MiB.
   server.set_payload_max_length(std::size_t{8} << 20);
+  // httplib's workers wait out an idle keep-alive connection before they
+  // notice stop(), so this bounds how long shutdown waits after the last
+  // request (Go's Shutdown closes idle connections at once). The API server
+  // reconnects when it needs to; a handshake costs about a millisecond.
+  server.set_keep_alive_timeout(1);
   // httplib asks for the task queue once it counts as running (stop() works
   // from then on): that is the "serving" event Start waits for.
   server.new_task_queue = [raw] {

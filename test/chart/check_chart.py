@@ -369,6 +369,28 @@ class Checker:
                             KUBE_VERSION, "--api-versions", "resource.k8s.io/v1", *BASE], capture_output=True, text=True)
         self.expect(p.returncode != 0 and "allowDefaultNamespace" in p.stderr, "default namespace accepted")
 
+    def case_docs(self):
+        """Every value of values.yaml has a row in docs/configuration.md."""
+        with open(os.path.join(self.chart, "values.yaml"), encoding="utf-8") as f:
+            values = yaml.safe_load(f)
+        with open(os.path.join(self.source_dir, "docs", "configuration.md"), encoding="utf-8") as f:
+            doc = f.read()
+        # Maps documented as one row (free-form Kubernetes fields).
+        whole = {"resources", "securityContext", "affinity", "strategy", "updateStrategy", "featureGates",
+                 "selectorLabelsOverride", "podAnnotations", "podSecurityContext", "nodeSelector", "annotations"}
+
+        def leaves(node, path):
+            if isinstance(node, dict) and node and not (path and path[-1] in whole and path[0] != "resources"
+                                                        or path == ["featureGates"]):
+                for k, v in node.items():
+                    yield from leaves(v, path + [k])
+            else:
+                yield ".".join(path)
+        keys = list(leaves(values, []))
+        self.expect(len(keys) > 80, f"only {len(keys)} values found in values.yaml")
+        for key in keys:
+            self.expect(f"| `{key}` |" in doc, f"docs/configuration.md has no row for `{key}`")
+
     def run(self, only):
         for name in sorted(n for n in dir(self) if n.startswith("case_")):
             if only and only not in name:

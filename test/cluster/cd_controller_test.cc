@@ -1,0 +1,554 @@
+// compute-domain-controller as a process against a real control plane, with
+// the chart's CRDs (deployments/helm/dra-driver-nvidia-gpu/crds). The test
+// plays the daemons with src/computedomain/clique_membership (each entry
+// applied under its node's own field manager, exactly as the daemon does),
+// over pods that are plain objects (no scheduler serves them).
+//
+// Checks: a ComputeDomain gets the finalizer, the daemon DaemonSet and both
+// claim templates (names, labels, finalizers, configs); indexes 0..n-1,
+// stable, gap-filling, none beyond --max-nodes-per-imex-domain (with an
+// Event); status NotReady with an Event saying why, then Ready once numNodes
+// Ready entries are there; status.nodes follows the cliques; deletion leaves
+// nothing (DaemonSet, templates, cliques, node labels, the domain);
+// objects of vanished domains are removed at start; a controller killed
+// mid-cascade and restarted converges; two controllers elect one leader and
+// the other takes over; channel isolation gives two domains distinct
+// channels and selectors. Waits are woken by watch events.
+
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster_client.h"
+#include "computedomain/clique_membership.h"
+#include "gpu_plugin_harness.h"
+#include "k8s/cache/informer.h"
+#include "k8s/rest_list_watch.h"
+
+namespace nvdra::testing {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr char kUserNs[] = "cdc-user";
+constexpr char kDriverNs[] = "cdc-driver";
+constexpr char kFinalizer[] = "resource.nvidia.com/computeDomain";
+constexpr char kCdLabel[] = "resource.nvidia.com/computeDomain";
+constexpr char kTargetLabel[] = "resource.nvidia.com/computeDomainTarget";
+constexpr char kLeaseName[] = "cdc-controller";
+
+std::string Str(const json& o, const char* pointer) {
+  json::json_pointer p(pointer);
+  return o.contains(p) && o.at(p).is_string() ? o.at(p).get<std::string>() : "";
+}
+bool HasFinalizer(const json& o) {
+  if (!o.contains("/metadata/finalizers"_json_pointer)) return false;
+  for (const json& f : o["metadata"]["finalizers"]) {
+    if (f == kFinalizer) return true;
+  }
+  return false;
+}
+std::map<std::string, json> Daemons(const json& clique) {
+  std::map<std::string, json> out;
+  if (!clique.contains("daemons")) return out;
+  for (const json& e : clique["daemons"]) out[e.value("nodeName", "")] = e;
+  return out;
+}
+
+// Every object of one resource (in one namespace or all), kept current by
+// an informer; waits are woken by its events.
+class ObjectWatch {
+ public:
+  ObjectWatch(k8s::Client& client, const k8s::ResourceRef& resource, const std::string& ns) {
+    k8s::cache::InformerOptions options;
+    options.description = resource.resource;
+    informer_ = std::make_unique<k8s::cache::Informer>(std::make_unique<k8s::RestListWatch>(client, resource, ns),
+                                                       std::move(options));
+    informer_->AddEventHandler({.on_add = [this](const k8s::cache::ObjectPtr&) { Notify(); },
+                                .on_update = [this](const k8s::cache::ObjectPtr&,
+                                                    const k8s::cache::ObjectPtr&) { Notify(); },
+                                .on_delete = [this](const k8s::cache::ObjectPtr&) { Notify(); },
+                                .needs_old_object = false});
+    informer_->Start();
+    informer_->WaitForSyncUntil(k8s::workqueue::RealClock().Now() + 60s);
+  }
+  ~ObjectWatch() { informer_->Stop(); }
+
+  std::optional<json> Get(const std::string& key) const {
+    auto o = informer_->store().Get(key);
+    return o ? std::optional<json>(*o) : std::nullopt;
+  }
+  std::vector<json> List() const {
+    std::vector<json> out;
+    for (const auto& o : informer_->store().List()) out.push_back(*o);
+    return out;
+  }
+  // Waits until pred(object or nullopt) holds for `key` ("ns/name").
+  bool WaitFor(const std::string& key, const std::function<bool(const std::optional<json>&)>& pred,
+               std::chrono::milliseconds bound = 60s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, bound, [&] { return pred(Get(key)); });
+  }
+  bool WaitForGone(const std::string& key, std::chrono::milliseconds bound = 60s) {
+    return WaitFor(key, [](const std::optional<json>& o) { return !o.has_value(); }, bound);
+  }
+  // Waits until pred holds for the whole list.
+  bool WaitForList(const std::function<bool(const std::vector<json>&)>& pred, std::chrono::milliseconds bound = 60s) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, bound, [&] { return pred(List()); });
+  }
+
+ private:
+  void Notify() {
+    { std::lock_guard lock(mutex_); }
+    changed_.notify_all();
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::unique_ptr<k8s::cache::Informer> informer_;
+};
+
+// One played daemon: its pod object and its membership.
+struct PlayedDaemon {
+  std::string node;
+  std::unique_ptr<computedomain::CliqueMembership> membership;
+};
+
+class CdControllerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    env_ = new ClusterClient();
+    const std::string error = StartClusterClient(*env_, kUserNs);
+    ASSERT_EQ(error, "") << error;
+    auto ns = env_->client->Create(k8s::resources::kNamespaces, "",
+                                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kDriverNs}}}});
+    ASSERT_TRUE(ns.ok()) << ns.status();
+    const std::string crds = std::string(NVDRA_SOURCE_DIR) + "/deployments/helm/dra-driver-nvidia-gpu/crds";
+    CommandResult applied = env_->cluster->Kubectl({"apply", "-f", crds});
+    ASSERT_TRUE(applied.ok()) << applied.err;
+    CommandResult established = env_->cluster->Kubectl(
+        {"wait", "--for=condition=Established", "--timeout=60s", "crd/computedomains.resource.nvidia.com",
+         "crd/computedomaincliques.resource.nvidia.com"});
+    ASSERT_TRUE(established.ok()) << established.err;
+    cds_ = new ObjectWatch(*env_->client, k8s::resources::kComputeDomains, kUserNs);
+    cliques_ = new ObjectWatch(*env_->client, k8s::resources::kComputeDomainCliques, kDriverNs);
+    dss_ = new ObjectWatch(*env_->client, k8s::resources::kDaemonSets, kDriverNs);
+    rcts_ = new ObjectWatch(*env_->client, k8s::resources::kResourceClaimTemplates, "");
+    events_ = new ObjectWatch(*env_->client, k8s::resources::kEvents, kUserNs);
+    leases_ = new ObjectWatch(*env_->client, k8s::resources::kLeases, kDriverNs);
+    nodes_ = new ObjectWatch(*env_->client, k8s::resources::kNodes, "");
+  }
+  static void TearDownTestSuite() {
+    for (ObjectWatch** w : {&cds_, &cliques_, &dss_, &rcts_, &events_, &leases_, &nodes_}) {
+      delete *w;
+      *w = nullptr;
+    }
+    delete env_;
+    env_ = nullptr;
+  }
+
+  std::unique_ptr<PluginProcess> StartController(const std::string& pod, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {CD_CONTROLLER,
+                                     "--kubeconfig=" + env_->cluster->kubeconfig().string(),
+                                     "--pod-name=" + pod,
+                                     "--namespace=" + std::string(kDriverNs),
+                                     "--image-name=nvdra.local/driver:test",
+                                     "--log-verbosity-cd-daemon=2",
+                                     "--templates-dir=" + std::string(NVDRA_SOURCE_DIR) + "/templates",
+                                     "--kube-api-qps=200",
+                                     "--kube-api-burst=400",
+                                     "-v=2"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const std::string log = "/tmp/cdc-" + pod + "-" + std::to_string(getpid()) + ".log";
+    auto process = std::make_unique<PluginProcess>(argv, std::vector<std::string>{"PATH=/usr/bin:/bin"}, log);
+    EXPECT_TRUE(process->Start()) << log;
+    return process;
+  }
+
+  static json CreateCd(const std::string& name, int num_nodes) {
+    json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+               {"kind", "ComputeDomain"},
+               {"metadata", {{"name", name}, {"namespace", kUserNs}}},
+               {"spec", {{"numNodes", num_nodes}, {"channel", {{"resourceClaimTemplate", {{"name", name + "-channel"}}}}}}}};
+    auto created = env_->client->Create(k8s::resources::kComputeDomains, kUserNs, cd);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : json::object();
+  }
+  static std::string CdKey(const std::string& name) { return std::string(kUserNs) + "/" + name; }
+  static std::string DaemonKey(const std::string& uid) {
+    return std::string(kDriverNs) + "/computedomain-daemon-" + uid;
+  }
+
+  // A pod object to own the entry (the clique's owner references need a
+  // live owner, or the garbage collector removes the clique).
+  static PlayedDaemon Daemon(const std::string& uid, const std::string& clique, const std::string& node) {
+    const std::string pod = "daemon-" + node + "-" + uid.substr(0, 8);
+    json object = {{"apiVersion", "v1"},
+                   {"kind", "Pod"},
+                   {"metadata", {{"name", pod}, {"namespace", kDriverNs}}},
+                   {"spec",
+                    {{"schedulerName", "no-scheduler"},
+                     {"containers", json::array({{{"name", "daemon"}, {"image", "unused"}}})}}}};
+    auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, object);
+    EXPECT_TRUE(created.ok()) << created.status();
+    computedomain::DaemonIdentity identity{.compute_domain_uid = uid,
+                                           .clique_id = clique,
+                                           .node_name = node,
+                                           .pod_name = pod,
+                                           .pod_namespace = kDriverNs,
+                                           .pod_uid = created.ok() ? Str(*created, "/metadata/uid") : "",
+                                           .pod_ip = "10.9.0." + std::to_string(node.back() - '0' + 1)};
+    return {node, std::make_unique<computedomain::CliqueMembership>(*env_->client, identity)};
+  }
+  static void Apply(PlayedDaemon& d, std::string_view status) {
+    auto applied = d.membership->ApplyEntry(status);
+    ASSERT_TRUE(applied.ok()) << d.node << ": " << applied.status();
+  }
+
+  // Waits for an Event about `uid` with `reason` whose note contains `text`.
+  static bool WaitForEvent(const std::string& uid, const std::string& reason, const std::string& text) {
+    return events_->WaitForList([&](const std::vector<json>& events) {
+      for (const json& e : events) {
+        if (Str(e, "/regarding/uid") == uid && e.value("reason", "") == reason &&
+            e.value("note", "").find(text) != std::string::npos) {
+          return true;
+        }
+      }
+      return false;
+    });
+  }
+
+  static void DeleteCdAndExpectNothingLeft(const json& cd) {
+    const std::string uid = Str(cd, "/metadata/uid");
+    const std::string name = Str(cd, "/metadata/name");
+    auto deleted = env_->client->Delete(k8s::resources::kComputeDomains, kUserNs, name);
+    ASSERT_TRUE(deleted.ok()) << deleted.status();
+    EXPECT_TRUE(cds_->WaitForGone(CdKey(name))) << "the ComputeDomain keeps its finalizer";
+    EXPECT_TRUE(dss_->WaitForGone(DaemonKey(uid)));
+    EXPECT_TRUE(rcts_->WaitForGone(DaemonKey(uid)));
+    EXPECT_TRUE(rcts_->WaitForGone(CdKey(name + "-channel")));
+    EXPECT_TRUE(cliques_->WaitForList([&](const std::vector<json>& all) {
+      for (const json& c : all) {
+        if (Str(c, "/metadata/name").starts_with(uid)) return false;
+      }
+      return true;
+    })) << "cliques of the domain left";
+    EXPECT_TRUE(nodes_->WaitForList([&](const std::vector<json>& all) {
+      for (const json& n : all) {
+        if (Str(n, "/metadata/labels/resource.nvidia.com~1computeDomain") == uid) return false;
+      }
+      return true;
+    })) << "a node keeps the domain's label";
+  }
+
+  static void CreateNode(const std::string& name, const std::string& cd_uid) {
+    json node = {{"apiVersion", "v1"},
+                 {"kind", "Node"},
+                 {"metadata", {{"name", name}, {"labels", {{kCdLabel, cd_uid}}}}}};
+    auto created = env_->client->Create(k8s::resources::kNodes, "", node);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  static ClusterClient* env_;
+  static ObjectWatch* cds_;
+  static ObjectWatch* cliques_;
+  static ObjectWatch* dss_;
+  static ObjectWatch* rcts_;
+  static ObjectWatch* events_;
+  static ObjectWatch* leases_;
+  static ObjectWatch* nodes_;
+};
+
+ClusterClient* CdControllerTest::env_ = nullptr;
+ObjectWatch* CdControllerTest::cds_ = nullptr;
+ObjectWatch* CdControllerTest::cliques_ = nullptr;
+ObjectWatch* CdControllerTest::dss_ = nullptr;
+ObjectWatch* CdControllerTest::rcts_ = nullptr;
+ObjectWatch* CdControllerTest::events_ = nullptr;
+ObjectWatch* CdControllerTest::leases_ = nullptr;
+ObjectWatch* CdControllerTest::nodes_ = nullptr;
+
+TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
+  auto controller = StartController("ctl-main", {"--max-nodes-per-imex-domain=4"});
+  const auto t0 = std::chrono::steady_clock::now();
+  json cd = CreateCd("cd-a", 3);
+  const auto t_created = std::chrono::steady_clock::now();
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_FALSE(uid.empty());
+
+  // Finalizer, DaemonSet and both claim templates.
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && HasFinalizer(*o); }));
+  ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
+  ASSERT_TRUE(rcts_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
+  ASSERT_TRUE(rcts_->WaitFor(CdKey("cd-a-channel"), [](const auto& o) { return o.has_value(); }));
+  const auto t_objects = std::chrono::steady_clock::now();
+  const json ds = *dss_->Get(DaemonKey(uid));
+  EXPECT_TRUE(HasFinalizer(ds));
+  EXPECT_EQ(ds["metadata"]["labels"][kCdLabel], uid);
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["nodeSelector"][kCdLabel], uid);
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["containers"][0]["image"], "nvdra.local/driver:test");
+  EXPECT_EQ(ds["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"],
+            "computedomain-daemon-" + uid);
+  const json daemon_rct = *rcts_->Get(DaemonKey(uid));
+  EXPECT_TRUE(HasFinalizer(daemon_rct));
+  EXPECT_EQ(daemon_rct["metadata"]["labels"][kTargetLabel], "Daemon");
+  EXPECT_EQ(daemon_rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["domainID"], uid);
+  const json workload_rct = *rcts_->Get(CdKey("cd-a-channel"));
+  EXPECT_TRUE(HasFinalizer(workload_rct));
+  EXPECT_EQ(workload_rct["metadata"]["labels"][kTargetLabel], "Workload");
+  EXPECT_EQ(workload_rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
+            "compute-domain-default-channel.nvidia.com");
+  EXPECT_EQ(workload_rct["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["allocationMode"], "Single");
+  EXPECT_FALSE(workload_rct["spec"]["spec"]["devices"]["requests"][0]["exactly"].contains("selectors"));
+
+  // No daemon yet: NotReady, and an Event says why.
+  EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "NotReady"; }));
+  EXPECT_TRUE(WaitForEvent(uid, "NotReady", "0 of 3"));
+
+  // Three daemons join (NotReady first): indexes 0, 1, 2.
+  const std::string clique = uid + ".c1";
+  const std::string clique_key = std::string(kDriverNs) + "/" + clique;
+  std::vector<PlayedDaemon> daemons;
+  for (const char* node : {"n1", "n2", "n3"}) {
+    daemons.push_back(Daemon(uid, "c1", node));
+    Apply(daemons.back(), "NotReady");
+  }
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [](const auto& o) {
+    if (!o) return false;
+    std::set<std::int64_t> indexes;
+    for (const auto& [node, e] : Daemons(*o)) {
+      if (e.contains("index")) indexes.insert(e["index"].template get<std::int64_t>());
+    }
+    return indexes == std::set<std::int64_t>{0, 1, 2};
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
+  std::map<std::string, std::int64_t> given;
+  for (const auto& [node, e] : Daemons(*cliques_->Get(clique_key))) given[node] = e["index"];
+  EXPECT_TRUE(WaitForEvent(uid, "NotReady", "not ready on"));
+  EXPECT_EQ(Str(*cds_->Get(CdKey("cd-a")), "/status/status"), "NotReady");
+
+  // Daemons never own an index; the controller does.
+  for (const json& m : cliques_->Get(clique_key)->at("metadata").at("managedFields")) {
+    const std::string owned = m.value("fieldsV1", json::object()).dump();
+    if (m.value("manager", "").starts_with("compute-domain-daemon@")) {
+      EXPECT_EQ(owned.find("f:index"), std::string::npos) << m.dump();
+    }
+  }
+
+  // All Ready: the domain is Ready, with the clique's entries as status.nodes.
+  for (auto& d : daemons) Apply(d, "Ready");
+  const auto t_ready_written = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  const auto t_ready = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitForEvent(uid, "Ready", "Ready (3 nodes)"));
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-a"), [&](const auto& o) {
+    if (!o || !o->contains("/status/nodes"_json_pointer)) return false;
+    const json& nodes = (*o)["status"]["nodes"];
+    if (nodes.size() != 3) return false;
+    for (const json& n : nodes) {
+      if (n.value("status", "") != "Ready" || n.value("index", -1) != given[n.value("name", "")] ||
+          n.value("cliqueID", "") != "c1") {
+        return false;
+      }
+    }
+    return true;
+  })) << cds_->Get(CdKey("cd-a"))->dump();
+
+  // n2 leaves, n4 joins: n4 takes n2's index, n1 and n3 keep theirs.
+  ASSERT_TRUE(daemons[1].membership->RemoveEntry().ok());
+  daemons.push_back(Daemon(uid, "c1", "n4"));
+  Apply(daemons.back(), "Ready");
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    if (!o) return false;
+    auto entries = Daemons(*o);
+    return !entries.contains("n2") && entries.contains("n4") && entries["n4"].value("index", -1) == given["n2"];
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
+  auto entries = Daemons(*cliques_->Get(clique_key));
+  EXPECT_EQ(entries["n1"]["index"], given["n1"]);
+  EXPECT_EQ(entries["n3"]["index"], given["n3"]);
+
+  // A fifth node fills index 3; a sixth is beyond --max-nodes-per-imex-domain=4.
+  daemons.push_back(Daemon(uid, "c1", "n5"));
+  Apply(daemons.back(), "Ready");
+  daemons.push_back(Daemon(uid, "c1", "n6"));
+  Apply(daemons.back(), "NotReady");
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    return o && Daemons(*o)["n5"].value("index", -1) == 3;
+  }));
+  EXPECT_TRUE(WaitForEvent(uid, "CliqueFull", "node n6 cannot join"));
+  EXPECT_FALSE(Daemons(*cliques_->Get(clique_key))["n6"].contains("index"));
+  EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "NotReady"; }));
+  ASSERT_TRUE(daemons.back().membership->RemoveEntry().ok());
+  EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+
+  // A node labelled for the domain (as the kubelet plugin does) loses the label.
+  CreateNode("cdc-node-a", uid);
+  const auto t_deleting = std::chrono::steady_clock::now();
+  DeleteCdAndExpectNothingLeft(cd);
+  const auto t_gone = std::chrono::steady_clock::now();
+  auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
+  std::printf("cd-a: create call %lld ms (controller starting meanwhile); objects seen %lld ms after it; "
+              "status Ready seen %lld ms after the last Ready entry write; deletion (4 daemons) done %lld ms after "
+              "the delete call\n",
+              static_cast<long long>(ms(t_created - t0)), static_cast<long long>(ms(t_objects - t_created)),
+              static_cast<long long>(ms(t_ready - t_ready_written)), static_cast<long long>(ms(t_gone - t_deleting)));
+  controller->Stop();
+  EXPECT_EQ(controller->WaitExit(1s), std::nullopt);  // already ended by Stop
+}
+
+TEST_F(CdControllerTest, RemovesObjectsOfVanishedDomainsAtStart) {
+  const std::string ghost = "00000000-dead-4000-8000-000000000001";
+  const json labels = {{kCdLabel, ghost}};
+  json ds = {{"apiVersion", "apps/v1"},
+             {"kind", "DaemonSet"},
+             {"metadata",
+              {{"name", "computedomain-daemon-" + ghost}, {"namespace", kDriverNs}, {"labels", labels},
+               {"finalizers", json::array({kFinalizer})}}},
+             {"spec",
+              {{"selector", {{"matchLabels", labels}}},
+               {"template",
+                {{"metadata", {{"labels", labels}}},
+                 {"spec", {{"nodeSelector", labels},
+                           {"containers", json::array({{{"name", "c"}, {"image", "unused"}}})}}}}}}}};
+  ASSERT_TRUE(env_->client->Create(k8s::resources::kDaemonSets, kDriverNs, ds).ok());
+  json rct = {{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceClaimTemplate"},
+              {"metadata",
+               {{"name", "ghost-channel"}, {"namespace", kUserNs}, {"labels", labels},
+                {"finalizers", json::array({kFinalizer})}}},
+              {"spec", {{"spec", {{"devices", {{"requests", json::array({{{"name", "channel"},
+                                                                         {"exactly", {{"deviceClassName", "x"}}}}})}}}}}}}};
+  auto created = env_->client->Create(k8s::resources::kResourceClaimTemplates, kUserNs, rct);
+  ASSERT_TRUE(created.ok()) << created.status();
+  PlayedDaemon d = Daemon(ghost, "c1", "n1");
+  Apply(d, "Ready");
+  CreateNode("cdc-node-ghost", ghost);
+  ASSERT_TRUE(rcts_->WaitFor(std::string(kUserNs) + "/ghost-channel", [](const auto& o) { return o.has_value(); }));
+
+  auto controller = StartController("ctl-stale");
+  EXPECT_TRUE(dss_->WaitForGone(DaemonKey(ghost)));
+  EXPECT_TRUE(rcts_->WaitForGone(std::string(kUserNs) + "/ghost-channel"));
+  EXPECT_TRUE(cliques_->WaitForGone(std::string(kDriverNs) + "/" + ghost + ".c1"));
+  EXPECT_TRUE(nodes_->WaitFor("cdc-node-ghost", [&](const auto& o) {
+    return o && Str(*o, "/metadata/labels/resource.nvidia.com~1computeDomain").empty();
+  }));
+}
+
+TEST_F(CdControllerTest, KilledMidCascadeAndRestartedConverges) {
+  auto first = StartController("ctl-first");
+  json cd = CreateCd("cd-kill", 0);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
+  ASSERT_TRUE(rcts_->WaitFor(CdKey("cd-kill-channel"), [](const auto& o) { return o.has_value(); }));
+  PlayedDaemon d = Daemon(uid, "c1", "n1");
+  Apply(d, "Ready");
+  // A finalizer of the test's holds the DaemonSet, so the cascade stops
+  // half-way: workload template gone, DaemonSet deleting, domain still there.
+  json hold = {{"metadata", {{"finalizers", json::array({kFinalizer, "test.nvdra.local/hold"})}}}};
+  ASSERT_TRUE(env_->client->Patch(k8s::resources::kDaemonSets, kDriverNs, "computedomain-daemon-" + uid,
+                                  k8s::PatchType::kMerge, hold).ok());
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kComputeDomains, kUserNs, "cd-kill").ok());
+  ASSERT_TRUE(rcts_->WaitForGone(CdKey("cd-kill-channel")));
+  ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) {
+    return o && o->contains("/metadata/deletionTimestamp"_json_pointer) && !HasFinalizer(*o);
+  }));
+  EXPECT_TRUE(cds_->Get(CdKey("cd-kill")).has_value());
+  ASSERT_EQ(kill(first->pid(), SIGKILL), 0);
+  EXPECT_EQ(first->WaitExit(30s), 128 + SIGKILL);
+
+  // Released while no controller runs; a new one finishes the cascade.
+  json release = {{"metadata", {{"finalizers", json::array()}}}};
+  ASSERT_TRUE(env_->client->Patch(k8s::resources::kDaemonSets, kDriverNs, "computedomain-daemon-" + uid,
+                                  k8s::PatchType::kMerge, release).ok());
+  auto second = StartController("ctl-second");
+  EXPECT_TRUE(cds_->WaitForGone(CdKey("cd-kill")));
+  EXPECT_TRUE(dss_->WaitForGone(DaemonKey(uid)));
+  EXPECT_TRUE(rcts_->WaitForGone(DaemonKey(uid)));
+  EXPECT_TRUE(cliques_->WaitForGone(std::string(kDriverNs) + "/" + uid + ".c1"));
+}
+
+TEST_F(CdControllerTest, TwoControllersOneLeader) {
+  const std::vector<std::string> election = {"--leader-election-enabled",
+                                             "--leader-election-lease-lock-namespace=" + std::string(kDriverNs),
+                                             "--leader-election-lease-lock-name=" + std::string(kLeaseName),
+                                             "--leader-election-lease-duration=3s",
+                                             "--leader-election-renew-deadline=2s",
+                                             "--leader-election-retry-period=500ms"};
+  std::map<std::string, std::unique_ptr<PluginProcess>> controllers;
+  controllers["ctl-le-a"] = StartController("ctl-le-a", election);
+  controllers["ctl-le-b"] = StartController("ctl-le-b", election);
+  const std::string lease_key = std::string(kDriverNs) + "/" + kLeaseName;
+  auto holder_pod = [&]() -> std::string {
+    auto lease = leases_->Get(lease_key);
+    if (!lease) return "";
+    const std::string holder = Str(*lease, "/spec/holderIdentity");
+    return holder.substr(0, holder.find('_'));
+  };
+  ASSERT_TRUE(leases_->WaitFor(lease_key, [&](const auto&) { return controllers.contains(holder_pod()); }));
+  const std::string leader = holder_pod();
+
+  // Only the leader reconciles: every Event about the domain is its.
+  json cd = CreateCd("cd-le-1", 0);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-le-1"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  ASSERT_TRUE(WaitForEvent(uid, "Ready", "Ready"));
+  for (const json& e : events_->List()) {
+    if (Str(e, "/regarding/uid") == uid) EXPECT_EQ(e.value("reportingInstance", ""), leader) << e.dump();
+  }
+
+  // The leader dies: the other takes over and reconciles new domains.
+  ASSERT_EQ(kill(controllers[leader]->pid(), SIGKILL), 0);
+  ASSERT_TRUE(leases_->WaitFor(lease_key, [&](const auto&) {
+    return controllers.contains(holder_pod()) && holder_pod() != leader;
+  }));
+  const std::string successor = holder_pod();
+  json cd2 = CreateCd("cd-le-2", 0);
+  const std::string uid2 = Str(cd2, "/metadata/uid");
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-le-2"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  ASSERT_TRUE(WaitForEvent(uid2, "Ready", "Ready"));
+  for (const json& e : events_->List()) {
+    if (Str(e, "/regarding/uid") == uid2) EXPECT_EQ(e.value("reportingInstance", ""), successor) << e.dump();
+  }
+  DeleteCdAndExpectNothingLeft(cd);
+  DeleteCdAndExpectNothingLeft(cd2);
+}
+
+TEST_F(CdControllerTest, ChannelIsolationGivesEachDomainItsOwnChannel) {
+  auto controller = StartController("ctl-channel", {"--imex-isolation=channel", "--imex-channel-count=8"});
+  json a = CreateCd("cd-ch-a", 0);
+  json b = CreateCd("cd-ch-b", 0);
+  std::map<std::string, int> channel;
+  for (const char* name : {"cd-ch-a", "cd-ch-b"}) {
+    ASSERT_TRUE(cds_->WaitFor(CdKey(name), [](const auto& o) {
+      return o && o->contains("/status/imexChannelID"_json_pointer);
+    }));
+    channel[name] = (*cds_->Get(CdKey(name)))["status"]["imexChannelID"].get<int>();
+    EXPECT_GE(channel[name], 1);
+    EXPECT_LT(channel[name], 8);
+    const std::string key = CdKey(std::string(name) + "-channel");
+    ASSERT_TRUE(rcts_->WaitFor(key, [](const auto& o) { return o.has_value(); }));
+    const json request = rcts_->Get(key)->at("/spec/spec/devices/requests/0/exactly"_json_pointer);
+    ASSERT_TRUE(request.contains("selectors")) << request.dump();
+    EXPECT_EQ(request["selectors"][0]["cel"]["expression"],
+              "device.attributes[\"compute-domain.nvidia.com\"].id == " + std::to_string(channel[name]));
+  }
+  EXPECT_NE(channel["cd-ch-a"], channel["cd-ch-b"]);
+  DeleteCdAndExpectNothingLeft(a);
+  DeleteCdAndExpectNothingLeft(b);
+}
+
+}  // namespace
+}  // namespace nvdra::testing

@@ -30,7 +30,7 @@ struct DriverKinds {
 };
 
 const DriverKinds* KindsOf(std::string_view driver) {
-  static const auto* table = new std::array<DriverKinds, 2>{
+  static const std::array<DriverKinds, 2> table{
       DriverKinds{kGpuDriverName,
                   {api::ConfigKind::kGpuConfig, api::ConfigKind::kMigDeviceConfig, api::ConfigKind::kVfioDeviceConfig},
                   kComputeDomainDriverName},
@@ -38,7 +38,7 @@ const DriverKinds* KindsOf(std::string_view driver) {
                   {api::ConfigKind::kComputeDomainChannelConfig, api::ConfigKind::kComputeDomainDaemonConfig},
                   kGpuDriverName},
   };
-  for (const DriverKinds& entry : *table) {
+  for (const DriverKinds& entry : table) {
     if (entry.driver == driver) return &entry;
   }
   return nullptr;
@@ -87,13 +87,13 @@ StatusOr<json> ConfigList(const json& devices, std::string_view where) {
   return *config;
 }
 
-// The object's `devices` at `path` ("spec" or "spec.spec", then "devices").
-const json& DevicesAt(const json& object, bool is_template) {
-  static const json* null_json = new json();
+// The object's spec.devices (claim) or spec.spec.devices (template); null
+// when absent.
+json DevicesAt(const json& object, bool is_template) {
   const json* spec = Find(object, "spec");
   if (spec != nullptr && is_template) spec = Find(*spec, "spec");
   const json* devices = spec != nullptr ? Find(*spec, "devices") : nullptr;
-  return devices != nullptr ? *devices : *null_json;
+  return devices != nullptr ? *devices : json();
 }
 
 AdmissionReply PlainError(int http_status, std::string message) {
@@ -211,7 +211,8 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
                    fmt::format("request.object: missing; a {} {} must carry the object", operation, plural));
   }
   const std::string where = is_template ? "spec.spec.devices" : "spec.devices";
-  StatusOr<json> configs = ConfigList(DevicesAt(*object, is_template), where);
+  const json devices = DevicesAt(*object, is_template);
+  StatusOr<json> configs = ConfigList(devices, where);
   if (!configs.ok()) {
     return Respond(uid, AdmissionOutcome::kBadObject, plural,
                    fmt::format("cannot read the {}: {}", plural, configs.status().message()));
@@ -223,7 +224,7 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
       if (old_configs.ok() && *old_configs == *configs) return Respond(uid, AdmissionOutcome::kAllowed, plural, "");
     }
   }
-  if (Status valid = ValidateDeviceConfigs(DevicesAt(*object, is_template), where); !valid.ok()) {
+  if (Status valid = ValidateDeviceConfigs(devices, where); !valid.ok()) {
     return Respond(uid, AdmissionOutcome::kDenied, plural, std::string(valid.message()));
   }
   return Respond(uid, AdmissionOutcome::kAllowed, plural, "");

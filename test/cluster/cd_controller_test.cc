@@ -69,6 +69,14 @@ std::map<std::string, json> Daemons(const json& clique) {
   return out;
 }
 
+// The index of `node`'s entry in a clique, -1 when it has none (yet).
+std::int64_t IndexOf(const json& clique, const std::string& node) {
+  auto entries = Daemons(clique);
+  auto it = entries.find(node);
+  if (it == entries.end() || !it->second.contains("index")) return -1;
+  return it->second["index"].get<std::int64_t>();
+}
+
 // Every object of one resource (in one namespace or all), kept current by
 // an informer; waits are woken by its events.
 class ObjectWatch {
@@ -195,13 +203,16 @@ class CdControllerTest : public ::testing::Test {
 
   // A pod object to own the entry (the clique's owner references need a
   // live owner, or the garbage collector removes the clique).
+  // Labelled and bound to its node as the DaemonSet's pods are: the
+  // controller removes entries of nodes without a daemon pod.
   static PlayedDaemon Daemon(const std::string& uid, const std::string& clique, const std::string& node) {
-    const std::string pod = "daemon-" + node + "-" + uid.substr(0, 8);
+    EnsureNode(node);
+    const std::string pod = DaemonPodName(uid, node);
     json object = {{"apiVersion", "v1"},
                    {"kind", "Pod"},
-                   {"metadata", {{"name", pod}, {"namespace", kDriverNs}}},
+                   {"metadata", {{"name", pod}, {"namespace", kDriverNs}, {"labels", {{kCdLabel, uid}}}}},
                    {"spec",
-                    {{"schedulerName", "no-scheduler"},
+                    {{"nodeName", node},
                      {"containers", json::array({{{"name", "daemon"}, {"image", "unused"}}})}}}};
     auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, object);
     EXPECT_TRUE(created.ok()) << created.status();
@@ -253,6 +264,22 @@ class CdControllerTest : public ::testing::Test {
       }
       return true;
     })) << "a node keeps the domain's label";
+  }
+
+  static k8s::PatchOptions StatusPatch() {
+    k8s::PatchOptions options;
+    options.subresource = "status";
+    return options;
+  }
+  static std::string DaemonPodName(const std::string& uid, const std::string& node) {
+    return "daemon-" + node + "-" + uid.substr(0, 8);
+  }
+  // A Node object (no kubelet): pods bound to a missing node would be
+  // garbage-collected.
+  static void EnsureNode(const std::string& name) {
+    json node = {{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", name}}}};
+    auto created = env_->client->Create(k8s::resources::kNodes, "", node);
+    ASSERT_TRUE(created.ok() || k8s::IsAlreadyExists(created.status())) << created.status();
   }
 
   static void CreateNode(const std::string& name, const std::string& cd_uid) {
@@ -380,19 +407,62 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   EXPECT_EQ(entries["n1"]["index"], given["n1"]);
   EXPECT_EQ(entries["n3"]["index"], given["n3"]);
 
+  // A daemon that could not remove its entry (its pod is gone with its
+  // node): the controller removes the entry; the others keep their indexes.
+  k8s::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "n3"), now).ok());
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) { return o && !Daemons(*o).contains("n3"); }));
+  entries = Daemons(*cliques_->Get(clique_key));
+  EXPECT_EQ(entries["n1"]["index"], given["n1"]);
+  EXPECT_EQ(entries["n4"]["index"], given["n2"]);
+  daemons.push_back(Daemon(uid, "c1", "n3"));
+  Apply(daemons.back(), "Ready");
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    return o && IndexOf(*o, "n3") == given["n3"];
+  })) << "the gap n3 left is filled again";
+
   // A fifth node fills index 3; a sixth is beyond --max-nodes-per-imex-domain=4.
   daemons.push_back(Daemon(uid, "c1", "n5"));
   Apply(daemons.back(), "Ready");
   daemons.push_back(Daemon(uid, "c1", "n6"));
   Apply(daemons.back(), "NotReady");
   ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
-    return o && Daemons(*o)["n5"].value("index", -1) == 3;
+    return o && IndexOf(*o, "n5") == 3;
   }));
   EXPECT_TRUE(WaitForEvent(uid, "CliqueFull", "node n6 cannot join"));
   EXPECT_FALSE(Daemons(*cliques_->Get(clique_key))["n6"].contains("index"));
   EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "NotReady"; }));
   ASSERT_TRUE(daemons.back().membership->RemoveEntry().ok());
   EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+
+  // A daemon on a node without a fabric has no clique: its pod (empty
+  // cliqueID label) is a status.nodes entry with index -1.
+  EnsureNode("cdc-plain");
+  json plain = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", "daemon-plain"}, {"namespace", kDriverNs},
+                  {"labels", {{kCdLabel, uid}, {"resource.nvidia.com/computeDomain.cliqueID", ""}}}}},
+                {"spec", {{"nodeName", "cdc-plain"}, {"containers", json::array({{{"name", "d"}, {"image", "unused"}}})}}}};
+  ASSERT_TRUE(env_->client->Create(k8s::resources::kPods, kDriverNs, plain).ok());
+  json ready = {{"status",
+                 {{"podIP", "10.9.9.9"},
+                  {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+  auto patched = env_->client->Patch(k8s::resources::kPods, kDriverNs, "daemon-plain", k8s::PatchType::kMerge, ready,
+                                     StatusPatch());
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) {
+    if (!o || !o->contains("/status/nodes"_json_pointer)) return false;
+    for (const json& n : (*o)["status"]["nodes"]) {
+      if (n.value("name", "") == "cdc-plain") {
+        return n.value("index", 0) == -1 && n.value("cliqueID", "x").empty() && n.value("status", "") == "Ready" &&
+               n.value("ipAddress", "") == "10.9.9.9";
+      }
+    }
+    return false;
+  })) << cds_->Get(CdKey("cd-a"))->dump();
+  EXPECT_EQ(Str(*cds_->Get(CdKey("cd-a")), "/status/status"), "Ready");
 
   // A node labelled for the domain (as the kubelet plugin does) loses the label.
   CreateNode("cdc-node-a", uid);
@@ -401,7 +471,7 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   const auto t_gone = std::chrono::steady_clock::now();
   auto ms = [](auto d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); };
   std::printf("cd-a: create call %lld ms (controller starting meanwhile); objects seen %lld ms after it; "
-              "status Ready seen %lld ms after the last Ready entry write; deletion (4 daemons) done %lld ms after "
+              "status Ready seen %lld ms after the last Ready entry write; deletion cascade done %lld ms after "
               "the delete call\n",
               static_cast<long long>(ms(t_created - t0)), static_cast<long long>(ms(t_objects - t_created)),
               static_cast<long long>(ms(t_ready - t_ready_written)), static_cast<long long>(ms(t_gone - t_deleting)));

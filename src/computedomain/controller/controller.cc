@@ -255,7 +255,14 @@ Status Controller::Run(std::stop_token stop) {
   informers_->domains->AddEventHandler({
       .on_add = [this](const ObjectPtr& o) { EnqueueDomainKey(o); },
       .on_update = [this](const ObjectPtr&, const ObjectPtr& o) { EnqueueDomainKey(o); },
-      .on_delete = [this](const ObjectPtr& o) { EnqueueDomainKey(o); },
+      .on_delete =
+          [this](const ObjectPtr& o) {
+            if (o) {
+              std::lock_guard lock(mu_);
+              torn_down_.erase(Uid(*o));
+            }
+            EnqueueDomainKey(o);
+          },
       .needs_old_object = false,
   });
   const k8s::cache::EventHandler by_label{
@@ -328,6 +335,11 @@ Status Controller::Reconcile(const std::string& key, std::stop_token stop) {
   const json& cd = *object;
   if (Deleting(cd)) {
     if (!HasFinalizer(cd)) return OkStatus();
+    {
+      // The cache may still show the finalizer we just removed.
+      std::lock_guard lock(mu_);
+      if (torn_down_.contains(Uid(cd))) return OkStatus();
+    }
     return Teardown(cd, stop);
   }
   return ReconcileLive(cd, stop);
@@ -349,6 +361,7 @@ Status Controller::ReconcileLive(const json& cd, std::stop_token stop) {
   if (!workload.ok()) return workload.status();
   RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *workload, stop));
   if (!options_.host_managed) {
+    RETURN_IF_ERROR(PruneDeparted(cd, stop));
     RETURN_IF_ERROR(options_.cliques_enabled ? AssignCliqueIndexes(cd, stop) : AssignStatusIndexes(cd, stop));
   }
   return UpdateStatus(cd, stop);
@@ -515,6 +528,51 @@ Status Controller::EnsureObject(const json& cd, const k8s::ResourceRef& ref, con
     LOG_INFO(1, "updated to the wanted state", {{"object", ref.Name() + " " + ns + "/" + name}});
   }
   return result.ok() ? OkStatus() : result.status();
+}
+
+Status Controller::PruneDeparted(const json& cd, std::stop_token stop) {
+  // Nodes that run a daemon pod of this domain. A daemon removes its own
+  // entry when it stops; this covers daemons that could not (node lost,
+  // SIGKILL, partition), as upstream's periodic prune does, but on the pod's
+  // delete event instead of a 2 s poll.
+  std::set<std::string> nodes_with_pod;
+  for (const json& pod : ByLabel(*informers_->pods, Uid(cd))) {
+    const std::string node = Str(pod, "/spec/nodeName"_json_pointer);
+    if (!node.empty()) nodes_with_pod.insert(node);
+  }
+  auto prune = [&](const json& object, const k8s::ResourceRef& ref, const json::json_pointer& list,
+                   const char* key, const std::string& subresource) -> Status {
+    if (!object.contains(list) || !object.at(list).is_array()) return OkStatus();
+    const json& entries = object.at(list);
+    json patch = json::array();
+    std::vector<std::string> gone;
+    for (std::size_t i = entries.size(); i-- > 0;) {
+      const std::string node = entries[i].value(key, "");
+      if (node.empty() || nodes_with_pod.contains(node)) continue;
+      // Test, then remove: a concurrent change fails the patch (re-read on retry).
+      const std::string path = list.to_string() + "/" + std::to_string(i);
+      patch.push_back({{"op", "test"}, {"path", path + "/" + key}, {"value", node}});
+      patch.push_back({{"op", "remove"}, {"path", path}});
+      gone.push_back(node);
+    }
+    if (gone.empty()) return OkStatus();
+    CountWrite();
+    auto result = client_.Patch(ref, Namespace(object), Name(object), k8s::PatchType::kJson, patch,
+                                PatchOptions(subresource), stop);
+    if (!result.ok()) return k8s::IsNotFound(result.status()) ? OkStatus() : result.status();
+    LOG_INFO(0, "removed entries of nodes without a daemon pod",
+             {{"object", Key(object)}, {"nodes", fmt::format("{}", fmt::join(gone, ","))}});
+    return OkStatus();
+  };
+  if (!options_.cliques_enabled) {
+    return prune(cd, k8s::resources::kComputeDomains, "/status/nodes"_json_pointer, "name", "status");
+  }
+  Status first_error = OkStatus();
+  for (const json& clique : ByLabel(*informers_->cliques, Uid(cd))) {
+    Status status = prune(clique, k8s::resources::kComputeDomainCliques, "/daemons"_json_pointer, "nodeName", "");
+    if (!status.ok() && first_error.ok()) first_error = status;
+  }
+  return first_error;
 }
 
 Status Controller::AssignCliqueIndexes(const json& cd, std::stop_token stop) {
@@ -771,6 +829,7 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();
   {
     std::lock_guard lock(mu_);
+    torn_down_.insert(uid);
     channels_.erase(uid);
     last_why_.erase(uid);
     written_.erase("status/" + uid);

@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -115,6 +116,9 @@ class Controller {
   common::StatusOr<std::optional<int>> EnsureChannel(const nlohmann::json& cd, std::stop_token stop);
   common::Status EnsureObject(const nlohmann::json& cd, const k8s::ResourceRef& ref, const k8s::cache::Informer& cache,
                               const nlohmann::json& desired, std::stop_token stop);
+  // Removes entries (clique daemons[] or status.nodes[]) of nodes that run
+  // no daemon pod of the domain.
+  common::Status PruneDeparted(const nlohmann::json& cd, std::stop_token stop);
   common::Status AssignCliqueIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
@@ -147,6 +151,7 @@ class Controller {
   mutable std::mutex mu_;  // guards the members below
   std::map<std::string, int> channels_;         // domain UID -> channel ID handed out
   std::map<std::string, std::string> last_why_;  // domain UID -> last status explanation emitted
+  std::set<std::string> torn_down_;  // UIDs whose teardown finished and whose delete event is pending
   // "status/<uid>" or "clique/<ns>/<name>" -> (resourceVersion written on, body)
   std::map<std::string, std::pair<std::string, nlohmann::json>> written_;
   ControllerStats stats_;

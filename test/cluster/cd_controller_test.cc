@@ -620,5 +620,58 @@ TEST_F(CdControllerTest, ChannelIsolationGivesEachDomainItsOwnChannel) {
   DeleteCdAndExpectNothingLeft(b);
 }
 
+
+TEST_F(CdControllerTest, HostManagedKeepsOnlyFinalizerWorkloadTemplateAndReady) {
+  auto controller = StartController("ctl-host", {"--imex-mode=hostManaged", "--feature-gates=HostManagedIMEXDaemon=true"});
+  json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+             {"kind", "ComputeDomain"},
+             {"metadata", {{"name", "cd-host"}, {"namespace", kUserNs}}},
+             {"spec",
+              {{"numNodes", 3},
+               {"channel", {{"resourceClaimTemplate", {{"name", "cd-host-channel"}}}, {"allocationMode", "All"}}}}}};
+  auto created = env_->client->Create(k8s::resources::kComputeDomains, kUserNs, cd);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string uid = Str(*created, "/metadata/uid");
+  // Ready at once (no daemons to wait for), with the finalizer and the
+  // workload template, which always asks for one channel.
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-host"), [](const auto& o) {
+    return o && HasFinalizer(*o) && Str(*o, "/status/status") == "Ready";
+  }));
+  ASSERT_TRUE(rcts_->WaitFor(CdKey("cd-host-channel"), [](const auto& o) { return o.has_value(); }));
+  EXPECT_EQ(rcts_->Get(CdKey("cd-host-channel"))
+                ->at("/spec/spec/devices/config/0/opaque/parameters/allocationMode"_json_pointer),
+            "Single");
+  EXPECT_FALSE(dss_->Get(DaemonKey(uid)).has_value());
+  EXPECT_FALSE(rcts_->Get(DaemonKey(uid)).has_value());
+  DeleteCdAndExpectNothingLeft(*created);
+}
+
+TEST_F(CdControllerTest, WithoutCliquesIndexesAreAssignedPerCliqueInStatusNodes) {
+  auto controller = StartController("ctl-nocliques", {"--feature-gates=ComputeDomainCliques=false"});
+  json cd = CreateCd("cd-legacy", 3);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-legacy"), [](const auto& o) { return o && Str(*o, "/status/status") == "NotReady"; }));
+  // Daemons write status.nodes themselves (the legacy store); two cliques.
+  std::vector<PlayedDaemon> daemons;
+  for (auto [clique, node] : {std::pair{"c1", "n1"}, std::pair{"c2", "n2"}, std::pair{"c1", "n3"}}) {
+    PlayedDaemon d = Daemon(uid, clique, node);
+    computedomain::DaemonIdentity identity = d.membership->identity();
+    d.membership = std::make_unique<computedomain::CliqueMembership>(
+        *env_->client, identity, computedomain::MembershipStore::kComputeDomainStatus, "cd-legacy", kUserNs);
+    Apply(d, "Ready");
+    daemons.push_back(std::move(d));
+  }
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-legacy"), [](const auto& o) {
+    if (!o || !o->contains("/status/nodes"_json_pointer)) return false;
+    std::map<std::string, std::int64_t> index;
+    for (const json& n : (*o)["status"]["nodes"]) index[n.value("name", "")] = n.value("index", std::int64_t{-1});
+    return index == std::map<std::string, std::int64_t>{{"n1", 0}, {"n2", 0}, {"n3", 1}} &&
+           Str(*o, "/status/status") == "Ready";
+  })) << cds_->Get(CdKey("cd-legacy"))->dump();
+  // No clique objects in this mode.
+  for (const json& c : cliques_->List()) EXPECT_FALSE(Str(c, "/metadata/name").starts_with(uid)) << c.dump();
+  DeleteCdAndExpectNothingLeft(cd);
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -1,5 +1,6 @@
 #include "common/crash_point.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,15 @@ void CrashPoint(std::string_view name) {
     return std::string(value != nullptr ? value : "");
   }();
   if (armed.empty() || armed != name) return;
+  // NVDRA_TEST_CRASH_ONCE_FILE: crash only while this file is absent, and
+  // create it first, so a restarted process with the same environment (a
+  // container restarted by the kubelet) goes past the point.
+  if (const char* once = std::getenv("NVDRA_TEST_CRASH_ONCE_FILE"); once != nullptr && *once != '\0') {
+    const int fd = ::open(once, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return;  // crashed here before (or cannot record it: do not crash forever)
+    ::fsync(fd);
+    ::close(fd);
+  }
   std::fprintf(stderr, "crash point %s reached: exiting with %d (NVDRA_TEST_CRASH_AT)\n", armed.c_str(),
                kCrashPointExitCode);
   std::fflush(stderr);

@@ -1,5 +1,7 @@
 #include "computedomain/device_state.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -322,9 +324,12 @@ Status CdDeviceState::CheckHostImexReady() const {
                     ran.status().ToString()));
   }
   if (!ran->exit.success() || ran->output.find("READY") == std::string::npos) {
+    // Trimmed: the kubelet logs a multi-line error as a block.
+    std::string output = ran->output;
+    while (!output.empty() && std::isspace(static_cast<unsigned char>(output.back()))) output.pop_back();
+    std::replace(output.begin(), output.end(), '\n', ' ');
     return common::UnavailableError(fmt::format("the host's nvidia-imex (socket {}) is not ready: {}, output: {}",
-                                                options_.imex_host_socket_path, ran->exit.ToString(),
-                                                ran->output));
+                                                options_.imex_host_socket_path, ran->exit.ToString(), output));
   }
   return common::OkStatus();
 }

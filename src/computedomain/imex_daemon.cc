@@ -399,7 +399,11 @@ void ImexDaemon::PublishIfNeeded() {
   publish_retry_at_.reset();
   publish_backoff_ = kPublishBackoffMin;
   if (desired != published_status_) {
-    LOG_INFO(2, "clique entry written", {{"clique", membership_.clique_name()}, {"status", desired}});
+    // With the object's resourceVersion: the plugin logs the watch event
+    // of the same version (latency of the API's delivery, for benchmarks).
+    const nlohmann::json& metadata = result->value("metadata", nlohmann::json::object());
+    LOG_INFO(2, "clique entry written", {{"clique", membership_.clique_name()}, {"status", desired},
+                                         {"resourceVersion", metadata.value("resourceVersion", "")}});
   }
   published_status_ = desired;
   // The answer is the newest state: act on it now rather than on its watch

@@ -252,6 +252,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
     // No lock is held here: other claims prepare and unprepare meanwhile.
     LOG_INFO(3, "claim waits outside the node lock", {{"claim", ClaimString(ref)}, {"reason", devices.status()}});
     if (!backend_.AwaitRetry(*claim, devices.status(), deadline)) return fail(devices.status());
+    LOG_INFO(4, "claim retries: what it waited for is there", {{"claim", ClaimString(ref)}});
   }
 }
 
@@ -305,9 +306,19 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRe
   started.status = claim["status"];
   started.name = ref.name;
   started.ns = ref.ns;
+  // A claim retried after waiting (or after a failed attempt) finds its own
+  // PrepareStarted entry with the same status: that record is on disk
+  // already, and writing it again would only add an fsync to the path from
+  // the awaited event to the prepared claim.
+  auto recorded = checkpoint.claims.find(ref.uid);
+  const bool already_recorded = recorded != checkpoint.claims.end() &&
+                                recorded->second.state == ClaimCheckpointState::kPrepareStarted &&
+                                recorded->second.name == ref.name && recorded->second.ns == ref.ns &&
+                                nlohmann::json::parse(recorded->second.status.dump()) ==
+                                    nlohmann::json::parse(claim["status"].dump());
   checkpoint.claims[ref.uid] = started;
   common::CrashPoint("prepare-before-started-checkpoint");
-  RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
+  if (!already_recorded) RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-started-checkpoint");
 
   ASSIGN_OR_RETURN(ordered_json groups, backend_.PrepareDevices(claim));

@@ -40,6 +40,18 @@ DomainWatch::~DomainWatch() {
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, DomainWatchOptions options) {
+  std::unique_ptr<k8s::cache::ListWatch> cliques;
+  if (options.cliques_enabled) {
+    cliques = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
+                                                   options.driver_namespace);
+  }
+  return StartWith(std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""),
+                   std::move(cliques), std::move(options));
+}
+
+StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
+                                                              std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                              DomainWatchOptions options) {
   std::unique_ptr<DomainWatch> watch(new DomainWatch(std::move(options)));
   DomainWatch* self = watch.get();
   // Logged at -v 4 with the object's resourceVersion, so that a waiting
@@ -66,18 +78,14 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, D
   k8s::cache::InformerOptions domain_options;
   domain_options.description = "resource.nvidia.com/v1beta1/computedomains";
   domain_options.indexers = IndexersWithUid();
-  watch->domains_ = std::make_unique<k8s::cache::Informer>(
-      std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""), domain_options);
+  watch->domains_ = std::make_unique<k8s::cache::Informer>(std::move(domains), domain_options);
   watch->domains_->AddEventHandler(notify);
   watch->domains_->Start();
 
-  if (watch->options_.cliques_enabled) {
+  if (watch->options_.cliques_enabled && cliques) {
     k8s::cache::InformerOptions clique_options;
     clique_options.description = "resource.nvidia.com/v1beta1/computedomaincliques";
-    watch->cliques_ = std::make_unique<k8s::cache::Informer>(
-        std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
-                                             watch->options_.driver_namespace),
-        clique_options);
+    watch->cliques_ = std::make_unique<k8s::cache::Informer>(std::move(cliques), clique_options);
     watch->cliques_->AddEventHandler(notify);
     watch->cliques_->Start();
   }

@@ -45,6 +45,11 @@ class DomainWatch {
   // Starts the informers and waits for their first lists. kDeadlineExceeded
   // when they do not sync within sync_timeout (CRDs missing, no access).
   static common::StatusOr<std::unique_ptr<DomainWatch>> Start(k8s::Client& client, DomainWatchOptions options);
+  // The same over given list-watches (tests): `cliques` may be null when
+  // options.cliques_enabled is false.
+  static common::StatusOr<std::unique_ptr<DomainWatch>> StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
+                                                                  std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                                  DomainWatchOptions options);
   ~DomainWatch();
   DomainWatch(const DomainWatch&) = delete;
   DomainWatch& operator=(const DomainWatch&) = delete;

@@ -1,0 +1,152 @@
+// DomainWatch over scripted list-watches (no API server): lookup by UID,
+// readiness from the clique entry or the ComputeDomain's status.nodes, and
+// WaitFor woken by a watch event rather than a timer; Cancel ends waits.
+
+#include "computedomain/domain_watch.h"
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fake_list_watch.h"
+
+namespace nvdra::computedomain {
+namespace {
+
+using k8s::cache::WatchEventType;
+using k8s::cache::testing::FakeApi;
+using k8s::cache::testing::kTestTimeout;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kNode[] = "node-a";
+constexpr char kDriverNs[] = "driver";
+constexpr char kClique[] = "cluster.7";
+
+json Domain(const std::string& uid, const std::string& rv, const json& nodes = json()) {
+  json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+             {"kind", "ComputeDomain"},
+             {"metadata", {{"name", "cd-" + uid}, {"namespace", "work"}, {"uid", uid}, {"resourceVersion", rv}}},
+             {"spec", {{"numNodes", 1}}}};
+  if (!nodes.is_null()) cd["status"] = {{"nodes", nodes}};
+  return cd;
+}
+
+json Clique(const std::string& uid, const std::string& rv, const std::string& status) {
+  return {{"apiVersion", "resource.nvidia.com/v1beta1"},
+          {"kind", "ComputeDomainClique"},
+          {"metadata", {{"name", uid + "." + kClique}, {"namespace", kDriverNs}, {"resourceVersion", rv}}},
+          {"daemons", json::array({{{"nodeName", kNode}, {"ipAddress", "10.0.0.1"}, {"cliqueID", kClique},
+                                    {"index", 0}, {"status", status}}})}};
+}
+
+class DomainWatchTest : public ::testing::Test {
+ protected:
+  void Start(bool cliques_enabled = true) {
+    auto started = DomainWatch::StartWith(domains_.NewListWatch(),
+                                          cliques_enabled ? cliques_.NewListWatch() : nullptr,
+                                          {.node_name = kNode,
+                                           .driver_namespace = kDriverNs,
+                                           .cliques_enabled = cliques_enabled,
+                                           .sync_timeout = std::chrono::seconds(10)});
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    watch_ = std::move(*started);
+  }
+  bool Ready(const std::string& uid) {
+    std::optional<k8s::ComputeDomain> cd = watch_->FindByUid(uid);
+    return cd && watch_->NodeReady(*cd, kClique);
+  }
+
+  FakeApi domains_;
+  FakeApi cliques_;
+  std::unique_ptr<DomainWatch> watch_;
+};
+
+TEST_F(DomainWatchTest, FindsDomainsByUid) {
+  domains_.QueueList({Domain("u1", "5"), Domain("u2", "6")}, "6");
+  cliques_.QueueList({}, "1");
+  Start();
+  ASSERT_TRUE(watch_->FindByUid("u2").has_value());
+  EXPECT_EQ(watch_->FindByUid("u2")->name(), "cd-u2");
+  EXPECT_FALSE(watch_->FindByUid("u3").has_value());
+}
+
+TEST_F(DomainWatchTest, ReadyFromTheCliqueEntryOrTheDomainStatus) {
+  domains_.QueueList({Domain("u1", "5"),
+                      Domain("u2", "6", json::array({{{"name", kNode}, {"status", "Ready"}}})),
+                      Domain("u3", "7", json::array({{{"name", "other"}, {"status", "Ready"}}}))},
+                     "7");
+  cliques_.QueueList({Clique("u1", "3", "Ready")}, "3");
+  Start();
+  EXPECT_TRUE(Ready("u1")) << "this node's clique entry is Ready";
+  EXPECT_TRUE(Ready("u2")) << "status.nodes says Ready (the fallback)";
+  EXPECT_FALSE(Ready("u3")) << "only another node is Ready";
+  // Without a clique id only status.nodes counts.
+  std::optional<k8s::ComputeDomain> cd = watch_->FindByUid("u1");
+  ASSERT_TRUE(cd.has_value());
+  EXPECT_FALSE(watch_->NodeReady(*cd, ""));
+}
+
+TEST_F(DomainWatchTest, WaitForWakesOnTheWatchEvent) {
+  domains_.QueueList({Domain("u1", "5")}, "5");
+  cliques_.QueueList({Clique("u1", "3", "NotReady")}, "3");
+  Start();
+  EXPECT_FALSE(Ready("u1"));
+  // A deadline far beyond the test's bound: only the event can end the wait.
+  auto waiting = std::async(std::launch::async, [&] {
+    return watch_->WaitFor([&] { return Ready("u1"); }, Clock::now() + std::chrono::hours(1));
+  });
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  auto stream = cliques_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  stream->Push(WatchEventType::kModified, Clique("u1", "4", "Ready"));
+  ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+}
+
+TEST_F(DomainWatchTest, WaitForADomainThatAppearsLater) {
+  domains_.QueueList({}, "1");
+  cliques_.QueueList({}, "1");
+  Start();
+  auto waiting = std::async(std::launch::async, [&] {
+    return watch_->WaitFor([&] { return watch_->FindByUid("late").has_value(); },
+                           Clock::now() + std::chrono::hours(1));
+  });
+  auto stream = domains_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  stream->Push(WatchEventType::kAdded, Domain("late", "2"));
+  ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+}
+
+TEST_F(DomainWatchTest, DeadlinePassesAndCancelEndsWaits) {
+  domains_.QueueList({Domain("u1", "5")}, "5");
+  cliques_.QueueList({}, "1");
+  Start();
+  EXPECT_FALSE(watch_->WaitFor([] { return false; }, Clock::now() + std::chrono::milliseconds(1)));
+  auto waiting = std::async(std::launch::async, [&] {
+    return watch_->WaitFor([] { return false; }, Clock::now() + std::chrono::hours(1));
+  });
+  watch_->Cancel();
+  ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
+  EXPECT_FALSE(waiting.get());
+  EXPECT_FALSE(watch_->WaitFor([] { return false; }, Clock::now() + std::chrono::hours(1)))
+      << "a wait after Cancel returns at once";
+}
+
+TEST_F(DomainWatchTest, WithoutCliquesOnlyTheDomainStatusCounts) {
+  domains_.QueueList({Domain("u1", "5", json::array({{{"name", kNode}, {"status", "NotReady"}}}))}, "5");
+  Start(/*cliques_enabled=*/false);
+  EXPECT_FALSE(Ready("u1"));
+  auto stream = domains_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  stream->Push(WatchEventType::kModified, Domain("u1", "6", json::array({{{"name", kNode}, {"status", "Ready"}}})));
+  EXPECT_TRUE(watch_->WaitFor([&] { return Ready("u1"); }, Clock::now() + kTestTimeout));
+}
+
+}  // namespace
+}  // namespace nvdra::computedomain

@@ -334,6 +334,31 @@ Status CdDeviceState::CheckHostImexReady() const {
   return common::OkStatus();
 }
 
+Status CdDeviceState::RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint) {
+  if (options_.host_managed) return common::OkStatus();
+  auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
+  if (!node.ok()) return node.status();
+  const std::string labelled = k8s::Object(*node).label(kComputeDomainNodeLabel);
+  if (labelled.empty()) return common::OkStatus();
+  for (const auto& [uid, entry] : checkpoint.claims) {
+    if (entry.state == kubeletplugin::ClaimCheckpointState::kPrepareAborted) continue;
+    auto allocation = entry.status.is_object() ? entry.status.find("allocation") : entry.status.end();
+    if (allocation == entry.status.end() || !allocation->is_object()) continue;
+    StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(entry.status, options_.host_managed);
+    if (!groups.ok()) continue;
+    for (const api::ConfiguredResults& group : *groups) {
+      if (group.config.kind == api::ConfigKind::kComputeDomainChannelConfig &&
+          StringAt(group.config.object, "domainID") == labelled) {
+        return common::OkStatus();  // in use
+      }
+    }
+  }
+  LOG_INFO(0, "no prepared channel claim of the node's ComputeDomain (after a reboot, or a lost unprepare); "
+              "removing its node label",
+           {{"node", options_.node_name}, {"domain", labelled}});
+  return RemoveNodeLabel(labelled);
+}
+
 Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
   for (int attempt = 0;; ++attempt) {
     auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);

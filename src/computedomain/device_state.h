@@ -107,6 +107,15 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   std::string clique_id() const;
   void set_clique_id(std::string clique_id);
 
+  // driverManaged, at start-up before serving: removes the node's
+  // ComputeDomain label when no channel claim of that domain is prepared or
+  // being prepared in `checkpoint`. After a reboot the checkpoint's claims
+  // are discarded (their CDI specs went with the volatile /var/run), so the
+  // kubelet's later Unprepare finds nothing to undo and the label would stay
+  // forever, keeping the domain's daemon on the node and every other domain
+  // off it. A claim the kubelet prepares again labels the node again.
+  common::Status RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint);
+
   // Names of the devices this node publishes: channel-0 (channel isolation:
   // channel-0..channel-<channel_count-1>) and, unless hostManaged, daemon-0.
   std::vector<std::string> PublishedDeviceNames() const;

@@ -193,8 +193,16 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
     parts->clique_label = true;
   }
 
-  ASSIGN_OR_RETURN(parts->server,
-                   kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir, *parts->preparer));
+  // Before serving, so no Prepare runs meanwhile.
+  auto release_unused_label = [&parts] {
+    StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint();
+    if (!checkpoint.ok()) return;
+    if (Status s = parts->device_state->RemoveUnusedNodeLabel(*checkpoint); !s.ok()) {
+      LOG_ERROR("cannot remove the node's unused ComputeDomain label", {{"err", s}});
+    }
+  };
+  ASSIGN_OR_RETURN(parts->server, kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir,
+                                                                    *parts->preparer, release_unused_label));
   return std::unique_ptr<ComputeDomainKubeletPlugin>(new ComputeDomainKubeletPlugin(std::move(parts)));
 }
 

@@ -560,6 +560,31 @@ TEST_F(CdPluginTest, APrepareOutlivedByItsUnprepareIsRefusedAsStale) {
   EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareAborted");
 }
 
+// After a reboot the checkpoint's claims are discarded; a domain label no
+// prepared claim accounts for is removed before the plugin serves (the
+// kubelet's Unprepare of such a claim has nothing left to undo).
+TEST_F(CdPluginTest, StartUpRemovesADomainLabelNoPreparedClaimUses) {
+  MakeNode("gb200-tray", "cd-node-gb200");
+  const std::string clique_cd = CreateComputeDomain(kNamespace, "labelled-cd");
+  SetNodeLabel(kCdLabel, clique_cd);
+  ASSERT_EQ(NodeLabel(kCdLabel), clique_cd);
+  StartPlugin();
+  EXPECT_EQ(NodeLabel(kCdLabel), "") << "serving with a label no prepared claim uses";
+  // A label a prepared (here: crashed half-way) claim uses stays.
+  MarkCliqueReady(clique_cd, NodeLabel(kCliqueLabel));
+  plugin_->Stop();
+  json claim = ChannelClaim(kNamespace, "labelled-channel", clique_cd);
+  StartPlugin("prepare-after-node-label");
+  drav1::NodePrepareResourceResponse response;
+  EXPECT_FALSE(Prepare(claim, &response).ok());
+  EXPECT_EQ(plugin_->WaitExit(std::chrono::seconds(30)), common::kCrashPointExitCode);
+  StartPlugin();
+  EXPECT_EQ(NodeLabel(kCdLabel), clique_cd);
+  EXPECT_EQ(PrepareError(claim), "");
+  EXPECT_EQ(UnprepareError(claim), "");
+  EXPECT_EQ(NodeLabel(kCdLabel), "");
+}
+
 // A stand-in for the host's nvidia-imex-ctl (NVDRA_IMEX_CTL_PATH): prints
 // the file `answer` holds and records its arguments.
 fs::path WriteImexCtlStub(const fs::path& dir) {

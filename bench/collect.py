@@ -7,6 +7,8 @@ Inputs (in the raw directory given as argv[1]):
   informer.json              bench/informer/run: our informer and client-go's
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
+  cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
+                             entry, Ready entry to the waiting channel claim prepared (JSON lines)
 
 A Google Benchmark may name a peer for a figure with a user counter called
 "peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
@@ -119,6 +121,26 @@ def gpu_plugin_kubelet(path, results):
                             "unit": "ms", "better": "lower"})
 
 
+def cd_e2e(path, results):
+    """test/simnode TestComputeDomainOnSimulatedGB200Nodes (SIMNODE_CD_BENCH_OUT): one JSON line per
+    figure and node ({"bench", "node", "ms"}); the median over the nodes, and the maximum for the
+    waiting channel claim."""
+    figures = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                item = json.loads(line)
+                figures.setdefault(item["bench"], []).append(item["ms"])
+    for name, values in sorted(figures.items()):
+        short = name[len("cd_"):] if name.startswith("cd_") else name
+        results.append({"name": f"cd.{short}_p50_ms", "value": round(statistics.median(values), 2),
+                        "unit": "ms", "better": "lower"})
+        if name == "cd_ready_entry_to_channel_prepared":
+            results.append({"name": f"cd.{short}_max_ms", "value": round(max(values), 2),
+                            "unit": "ms", "better": "lower"})
+
+
 def main():
     raw, out = sys.argv[1], sys.argv[2]
     results = []
@@ -132,6 +154,8 @@ def main():
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)
+    if os.path.exists(os.path.join(raw, "cd_e2e.jsonl")):
+        cd_e2e(os.path.join(raw, "cd_e2e.jsonl"), results)
     if os.path.exists(os.path.join(raw, "simnode_scale.json")):
         simnode_scale(os.path.join(raw, "simnode_scale.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")

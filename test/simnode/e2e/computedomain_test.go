@@ -425,9 +425,30 @@ func (e *cdEnvironment) containerLog(ctx context.Context, t *testing.T, ns, pod,
 		if err != nil {
 			continue
 		}
-		out = append(out, timedLine{at: at, text: text})
+		out = append(out, timedLine{at: klogTime(text, at), text: text})
 	}
 	return out
+}
+
+// klogTime is the time the process itself wrote in its klog header
+// ("I1123 11:52:22.299652 ..."), on the day of `captured` (the runtime's
+// stamp); `captured` when the line has none. The runtime stamps a line when
+// it reads the container's pipe, which on a loaded machine can be tens of
+// milliseconds late, and not by the same amount for two processes.
+func klogTime(text string, captured time.Time) time.Time {
+	if len(text) < 21 || !strings.ContainsRune("IWEF", rune(text[0])) {
+		return captured
+	}
+	at, err := time.ParseInLocation("0102 15:04:05.000000", text[1:21], time.Local)
+	if err != nil {
+		return captured
+	}
+	local := captured.In(time.Local)
+	at = time.Date(local.Year(), at.Month(), at.Day(), at.Hour(), at.Minute(), at.Second(), at.Nanosecond(), time.Local)
+	if d := at.Sub(captured); d > time.Minute || d < -time.Minute {
+		return captured // another day, or not a klog header after all
+	}
+	return at
 }
 
 // firstLine returns the first line holding all parts.
@@ -473,9 +494,27 @@ func (e *cdEnvironment) waitForPluginLog(ctx context.Context, t *testing.T, node
 }
 
 // bench prints one benchmark figure as a JSON line.
+// With SIMNODE_CD_BENCH_OUT set, the line is appended to that file too
+// (bench/collect.py reads it).
 func bench(name, node string, d time.Duration) {
 	line, _ := json.Marshal(map[string]any{"bench": name, "node": node, "ms": float64(d.Microseconds()) / 1000})
 	fmt.Println(string(line))
+	if path := os.Getenv("SIMNODE_CD_BENCH_OUT"); path != "" {
+		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			fmt.Fprintln(f, string(line))
+			f.Close()
+		}
+	}
+}
+
+// logField is the value of key="value" in a log line ("" when absent).
+func logField(text, key string) string {
+	_, rest, ok := strings.Cut(text, " "+key+`="`)
+	if !ok {
+		return ""
+	}
+	value, _, _ := strings.Cut(rest, `"`)
+	return value
 }
 
 // reportPrepareTimings reads the daemons' and plugins' logs (runtime
@@ -508,6 +547,37 @@ func (e *cdEnvironment) reportPrepareTimings(ctx context.Context, t *testing.T, 
 			bench("cd_daemon_index_to_ready_entry", node, ready.at.Sub(assigned.at))
 		}
 		bench("cd_ready_entry_to_channel_prepared", node, prepared.at.Sub(ready.at))
+		// Split at the plugin's watch event of the same object version: the
+		// API server's delivery, then the plugin's own work.
+		if rv := logField(ready.text, "resourceVersion"); rv != "" {
+			if seen, ok := firstLine(plog, `"domain watch event"`, `resourceVersion="`+rv+`"`); ok {
+				bench("cd_ready_entry_to_plugin_watch_event", node, seen.at.Sub(ready.at))
+				bench("cd_plugin_watch_event_to_channel_prepared", node, prepared.at.Sub(seen.at))
+				// The last wake-up before the prepare (earlier ones found the
+				// daemon not Ready yet), then the locked attempt itself.
+				var retry timedLine
+				for _, l := range plog {
+					if strings.Contains(l.text, `"claim retries`) && strings.Contains(l.text, cdNamespace+"/"+claim) && !l.at.After(prepared.at) {
+						retry = l
+					}
+				}
+				if !retry.at.IsZero() {
+					bench("cd_plugin_watch_event_to_retry", node, retry.at.Sub(seen.at))
+					bench("cd_plugin_retry_to_channel_prepared", node, prepared.at.Sub(retry.at))
+					// The locked attempt: locks, checkpoint read, node label
+					// check (an API GET), readiness; then the CDI spec and
+					// checkpoint writes (an fsync each).
+					uid := e.claimUID(ctx, t, cdNamespace, claim)
+					for _, l := range plog {
+						if strings.Contains(l.text, `"claim devices resolved`) && strings.Contains(l.text, uid) && !l.at.Before(retry.at) {
+							bench("cd_plugin_retry_to_devices_resolved", node, l.at.Sub(retry.at))
+							bench("cd_plugin_devices_resolved_to_prepared", node, prepared.at.Sub(l.at))
+							break
+						}
+					}
+				}
+			}
+		}
 	}
 }
 

@@ -160,7 +160,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	env := serviceEnv(c.view.Env, r.opts.APIServer)
 	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
 	pathEnv := defaultPath
-	if mapped {
+	if mapped && isDir(program) {
+		// An image of several programs (the driver's image): its bin/ is on
+		// PATH, its other top-level folders (templates/) appear at /<name>,
+		// and the container's command picks the program, as in a real image
+		// without an entrypoint.
+		spec.Binds = append(spec.Binds, imageFolderBinds(program)...)
+		pathEnv = imageBinDir + ":" + defaultPath
+	} else if mapped {
 		target := filepath.Join(imageBinDir, filepath.Base(program))
 		spec.Binds = append(spec.Binds, bind{Source: program, Target: target, ReadOnly: true})
 		pathEnv = imageBinDir + ":" + defaultPath
@@ -185,6 +192,32 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 		return spec, false
 	}
 	return spec, mapped || hostHas(spec.Args[0])
+}
+
+// imageFolderBinds lays out an image folder in a container: bin/ at
+// imageBinDir, every other top-level folder at /<name> (read-only).
+func imageFolderBinds(dir string) []bind {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []bind
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		target := "/" + e.Name()
+		if e.Name() == "bin" {
+			target = imageBinDir
+		}
+		out = append(out, bind{Source: filepath.Join(dir, e.Name()), Target: target, ReadOnly: true})
+	}
+	return out
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
 }
 
 // mountBinds turns the view's mounts into binds, parents before children.

@@ -5,6 +5,7 @@
 // ends the process (the pod restarts and stands by again).
 
 #include <chrono>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -14,6 +15,8 @@
 #include "common/feature_gates.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "common/signals.h"
 #include "computedomain/config.h"
 #include "computedomain/controller/controller.h"
@@ -95,6 +98,19 @@ int Run(const CLI::App& app, const computedomain::ControllerConfig& config, cons
     return 1;
   }
 
+  // Served by every replica (standbys report nothing but are scrapable).
+  common::MetricsRegistry metrics;
+  std::unique_ptr<common::MetricsServer> metrics_server;
+  if (!config.metrics.http_endpoint.empty()) {
+    auto started = common::MetricsServer::Start(metrics, config.metrics.http_endpoint, config.metrics.metrics_path);
+    if (!started.ok()) {
+      LOG_ERROR("cannot start the metrics server", {{"err", started.status()}});
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    LOG_INFO(0, "serving metrics", {{"address", metrics_server->address()}, {"path", metrics_server->path()}});
+  }
+
   computedomain::controller::ControllerOptions options{
       .driver_namespace = config.driver_namespace,
       .image_name = config.image_name,
@@ -109,6 +125,7 @@ int Run(const CLI::App& app, const computedomain::ControllerConfig& config, cons
       .templates = templates.ok() ? *templates : computedomain::controller::Templates{},
       .instance = config.pod_name,
       .workers = extra.workers,
+      .metrics = &metrics,
   };
   // Runs one controller until `stop`; a failed start ends the process.
   common::Status outcome = common::OkStatus();

@@ -15,7 +15,11 @@
 // the other takes over; channel isolation gives two domains distinct
 // channels and selectors. Waits are woken by watch events.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster_client.h"
@@ -67,6 +72,23 @@ std::map<std::string, json> Daemons(const json& clique) {
   if (!clique.contains("daemons")) return out;
   for (const json& e : clique["daemons"]) out[e.value("nodeName", "")] = e;
   return out;
+}
+
+// A port nobody listens on now (bound and released; the controller binds it next).
+int FreeLocalPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 // The index of `node`'s entry in a clique, -1 when it has none (yet).
@@ -145,6 +167,11 @@ class CdControllerTest : public ::testing::Test {
     auto ns = env_->client->Create(k8s::resources::kNamespaces, "",
                                    {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kDriverNs}}}});
     ASSERT_TRUE(ns.ok()) << ns.status();
+    auto owner = env_->client->Create(
+        k8s::resources::kConfigMaps, kDriverNs,
+        {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "cdc-played-daemons"}}}});
+    ASSERT_TRUE(owner.ok()) << owner.status();
+    played_owner_uid_ = Str(*owner, "/metadata/uid");
     const std::string crds = std::string(NVDRA_SOURCE_DIR) + "/deployments/helm/dra-driver-nvidia-gpu/crds";
     CommandResult applied = env_->cluster->Kubectl({"apply", "-f", crds});
     ASSERT_TRUE(applied.ok()) << applied.err;
@@ -208,21 +235,21 @@ class CdControllerTest : public ::testing::Test {
   static PlayedDaemon Daemon(const std::string& uid, const std::string& clique, const std::string& node) {
     EnsureNode(node);
     const std::string pod = DaemonPodName(uid, node);
-    json object = {{"apiVersion", "v1"},
-                   {"kind", "Pod"},
-                   {"metadata", {{"name", pod}, {"namespace", kDriverNs}, {"labels", {{kCdLabel, uid}}}}},
-                   {"spec",
-                    {{"nodeName", node},
-                     {"containers", json::array({{{"name", "daemon"}, {"image", "unused"}}})}}}};
+    json object = PodObject(pod, {{kCdLabel, uid}}, node);
     auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, object);
     EXPECT_TRUE(created.ok()) << created.status();
+    const std::string ip = "10.9.0." + std::to_string(node.back() - '0' + 1);
+    // The pod IP the daemon publishes, as the kubelet would report it.
+    auto patched = env_->client->Patch(k8s::resources::kPods, kDriverNs, pod, k8s::PatchType::kMerge,
+                                       {{"status", {{"podIP", ip}}}}, StatusPatch());
+    EXPECT_TRUE(patched.ok()) << patched.status();
     computedomain::DaemonIdentity identity{.compute_domain_uid = uid,
                                            .clique_id = clique,
                                            .node_name = node,
                                            .pod_name = pod,
                                            .pod_namespace = kDriverNs,
                                            .pod_uid = created.ok() ? Str(*created, "/metadata/uid") : "",
-                                           .pod_ip = "10.9.0." + std::to_string(node.back() - '0' + 1)};
+                                           .pod_ip = ip};
     return {node, std::make_unique<computedomain::CliqueMembership>(*env_->client, identity)};
   }
   static void Apply(PlayedDaemon& d, std::string_view status) {
@@ -266,6 +293,27 @@ class CdControllerTest : public ::testing::Test {
     })) << "a node keeps the domain's label";
   }
 
+  // A daemon pod as an object: bound to `node`, tolerating every taint (as
+  // the DaemonSet's pods), and controlled by a ConfigMap of the test, so the
+  // domain's DaemonSet (same selector) does not adopt it and delete it for
+  // running on a node without the domain's label.
+  static json PodObject(const std::string& name, const json& labels, const std::string& node) {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata",
+             {{"name", name},
+              {"namespace", kDriverNs},
+              {"labels", labels},
+              {"ownerReferences", json::array({{{"apiVersion", "v1"},
+                                                {"kind", "ConfigMap"},
+                                                {"name", "cdc-played-daemons"},
+                                                {"uid", played_owner_uid_},
+                                                {"controller", true}}})}}},
+            {"spec",
+             {{"nodeName", node},
+              {"tolerations", json::array({{{"operator", "Exists"}}})},
+              {"containers", json::array({{{"name", "daemon"}, {"image", "unused"}}})}}}};
+  }
   static k8s::PatchOptions StatusPatch() {
     k8s::PatchOptions options;
     options.subresource = "status";
@@ -291,6 +339,7 @@ class CdControllerTest : public ::testing::Test {
   }
 
   static ClusterClient* env_;
+  static std::string played_owner_uid_;
   static ObjectWatch* cds_;
   static ObjectWatch* cliques_;
   static ObjectWatch* dss_;
@@ -301,6 +350,7 @@ class CdControllerTest : public ::testing::Test {
 };
 
 ClusterClient* CdControllerTest::env_ = nullptr;
+std::string CdControllerTest::played_owner_uid_;
 ObjectWatch* CdControllerTest::cds_ = nullptr;
 ObjectWatch* CdControllerTest::cliques_ = nullptr;
 ObjectWatch* CdControllerTest::dss_ = nullptr;
@@ -310,7 +360,10 @@ ObjectWatch* CdControllerTest::leases_ = nullptr;
 ObjectWatch* CdControllerTest::nodes_ = nullptr;
 
 TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
-  auto controller = StartController("ctl-main", {"--max-nodes-per-imex-domain=4"});
+  const int metrics_port = FreeLocalPort();
+  ASSERT_GT(metrics_port, 0);
+  auto controller = StartController("ctl-main", {"--max-nodes-per-imex-domain=4",
+                                                 "--http-endpoint=127.0.0.1:" + std::to_string(metrics_port)});
   const auto t0 = std::chrono::steady_clock::now();
   json cd = CreateCd("cd-a", 3);
   const auto t_created = std::chrono::steady_clock::now();
@@ -394,6 +447,16 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
     return true;
   })) << cds_->Get(CdKey("cd-a"))->dump();
 
+  // Metrics: the domain counts as Ready (upstream's gauge), reconciles and writes are counted.
+  httplib::Client http("127.0.0.1", metrics_port);
+  auto scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << "no metrics on port " << metrics_port;
+  EXPECT_NE(scraped->body.find("nvidia_dra_compute_domain_info{status=\"Ready\"} 1"), std::string::npos)
+      << scraped->body;
+  EXPECT_NE(scraped->body.find("nvdra_compute_domain_controller_reconciles_total{result=\"success\"}"),
+            std::string::npos);
+  EXPECT_NE(scraped->body.find("nvdra_compute_domain_controller_api_writes_total"), std::string::npos);
+
   // n2 leaves, n4 joins: n4 takes n2's index, n1 and n3 keep theirs.
   ASSERT_TRUE(daemons[1].membership->RemoveEntry().ok());
   daemons.push_back(Daemon(uid, "c1", "n4"));
@@ -422,6 +485,35 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
     return o && IndexOf(*o, "n3") == given["n3"];
   })) << "the gap n3 left is filled again";
 
+  // A successor pod on n1 (new IP) re-applied the entry before the old pod
+  // is deleted: the entry stays (it is not the departed pod's). Then n4's pod
+  // goes: that entry is removed, which also shows n1's departure was handled.
+  {
+    const std::string old_pod = DaemonPodName(uid, "n1");
+    json pod = PodObject(old_pod + "-b", {{kCdLabel, uid}}, "n1");
+    auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, pod);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ASSERT_TRUE(env_->client->Patch(k8s::resources::kPods, kDriverNs, old_pod + "-b", k8s::PatchType::kMerge,
+                                    {{"status", {{"podIP", "10.9.0.99"}}}}, StatusPatch()).ok());
+    PlayedDaemon successor{"n1", nullptr};
+    computedomain::DaemonIdentity identity = daemons[0].membership->identity();
+    identity.pod_name = old_pod + "-b";
+    identity.pod_uid = Str(*created, "/metadata/uid");
+    identity.pod_ip = "10.9.0.99";
+    successor.membership = std::make_unique<computedomain::CliqueMembership>(*env_->client, identity);
+    Apply(successor, "Ready");
+    ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, old_pod, now).ok());
+    ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "n4"), now).ok());
+    ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) { return o && !Daemons(*o).contains("n4"); }));
+    entries = Daemons(*cliques_->Get(clique_key));
+    ASSERT_TRUE(entries.contains("n1")) << "the successor's entry was removed";
+    EXPECT_EQ(entries["n1"]["ipAddress"], "10.9.0.99");
+    EXPECT_EQ(entries["n1"]["index"], given["n1"]);
+    daemons.push_back(Daemon(uid, "c1", "n4"));
+    Apply(daemons.back(), "Ready");
+    ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) { return o && IndexOf(*o, "n4") == given["n2"]; }));
+  }
+
   // A fifth node fills index 3; a sixth is beyond --max-nodes-per-imex-domain=4.
   daemons.push_back(Daemon(uid, "c1", "n5"));
   Apply(daemons.back(), "Ready");
@@ -439,12 +531,8 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   // A daemon on a node without a fabric has no clique: its pod (empty
   // cliqueID label) is a status.nodes entry with index -1.
   EnsureNode("cdc-plain");
-  json plain = {{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata",
-                 {{"name", "daemon-plain"}, {"namespace", kDriverNs},
-                  {"labels", {{kCdLabel, uid}, {"resource.nvidia.com/computeDomain.cliqueID", ""}}}}},
-                {"spec", {{"nodeName", "cdc-plain"}, {"containers", json::array({{{"name", "d"}, {"image", "unused"}}})}}}};
+  json plain = PodObject("daemon-plain", {{kCdLabel, uid}, {"resource.nvidia.com/computeDomain.cliqueID", ""}},
+                         "cdc-plain");
   ASSERT_TRUE(env_->client->Create(k8s::resources::kPods, kDriverNs, plain).ok());
   json ready = {{"status",
                  {{"podIP", "10.9.9.9"},

@@ -1,6 +1,7 @@
 #include "computedomain/controller/controller.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <set>
 #include <thread>
 #include <utility>
@@ -213,8 +214,36 @@ ControllerStats Controller::stats() const {
 }
 
 void Controller::CountWrite() {
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.writes;
+  }
+  if (options_.metrics != nullptr) {
+    options_.metrics
+        ->AddCounter("nvdra_compute_domain_controller_api_writes_total",
+                     "API writes (create, update, patch, apply, delete) made by the reconciler", {})
+        .WithLabels({})
+        .Inc();
+  }
+}
+
+void Controller::ObserveStatus(const std::string& uid, const std::string& status) {
+  if (options_.metrics == nullptr) return;
+  common::GaugeFamily info = options_.metrics->AddGauge(
+      "nvidia_dra_compute_domain_info",
+      "Current number of ComputeDomain custom resources in the cluster as seen by compute-domain-controller, "
+      "partitioned by compute domain status.",
+      {"status"});
   std::lock_guard lock(mu_);
-  ++stats_.writes;
+  auto it = observed_status_.find(uid);
+  if (it != observed_status_.end()) {
+    if (it->second == status) return;
+    info.WithLabels({it->second}).Dec();
+    observed_status_.erase(it);
+  }
+  if (status.empty()) return;
+  info.WithLabels({status}).Inc();
+  observed_status_[uid] = status;
 }
 
 void Controller::EnqueueDomainKey(const ObjectPtr& object) {
@@ -258,6 +287,7 @@ Status Controller::Run(std::stop_token stop) {
       .on_delete =
           [this](const ObjectPtr& o) {
             if (o) {
+              ObserveStatus(Uid(*o), "");
               std::lock_guard lock(mu_);
               torn_down_.erase(Uid(*o));
             }
@@ -272,7 +302,20 @@ Status Controller::Run(std::stop_token stop) {
       .needs_old_object = false,
   };
   for (auto* informer : informers_->All()) {
-    if (informer != informers_->domains.get()) informer->AddEventHandler(by_label);
+    if (informer != informers_->domains.get() && informer != informers_->pods.get()) {
+      informer->AddEventHandler(by_label);
+    }
+  }
+  if (informers_->pods) {
+    k8s::cache::EventHandler pods = by_label;
+    pods.on_delete = [this](const ObjectPtr& o) {
+      if (o) {
+        RecordDeparture(Label(*o, kComputeDomainLabel), Str(*o, "/spec/nodeName"_json_pointer),
+                        Str(*o, "/status/podIP"_json_pointer));
+      }
+      EnqueueByLabel(o);
+    };
+    informers_->pods->AddEventHandler(pods);
   }
   for (auto* informer : informers_->All()) informer->Start();
   const auto deadline = k8s::workqueue::RealClock().Now() + options_.sync_timeout;
@@ -291,6 +334,7 @@ Status Controller::Run(std::stop_token stop) {
       if (auto channel = ChannelOf(*cd)) channels_[Uid(*cd)] = *channel;
     }
   }
+  if (!options_.host_managed) RecordStartupDepartures();
   if (Status status = CleanupStale(stop); !status.ok()) {
     // Not fatal: the objects stay until the next start; say so.
     LOG_WARNING("stale-object cleanup incomplete", {{"err", status}});
@@ -304,6 +348,21 @@ Status Controller::Run(std::stop_token stop) {
     for (int i = 0; i < options_.workers; ++i) {
       workers.emplace_back([this, stop] { Work(stop); });
     }
+    if (options_.cleanup_interval.count() > 0) {
+      // Objects orphaned behind the cascade's back (finalizers removed by
+      // hand, a domain force-deleted): as upstream, every 10 minutes.
+      workers.emplace_back([this, stop] {
+        std::mutex mutex;
+        std::condition_variable_any wake;
+        std::unique_lock lock(mutex);
+        while (!wake.wait_for(lock, stop, options_.cleanup_interval, [] { return false; })) {
+          if (stop.stop_requested()) break;
+          if (Status status = CleanupStale(stop); !status.ok()) {
+            LOG_WARNING("stale-object cleanup incomplete", {{"err", status}});
+          }
+        }
+      });
+    }
   }
   recorder_->WaitIdle(std::chrono::seconds(2));
   return OkStatus();
@@ -316,6 +375,13 @@ void Controller::Work(std::stop_token stop) {
       std::lock_guard lock(mu_);
       ++stats_.reconciles;
       if (!status.ok()) ++stats_.failures;
+    }
+    if (options_.metrics != nullptr) {
+      options_.metrics
+          ->AddCounter("nvdra_compute_domain_controller_reconciles_total", "ComputeDomain reconciles by result",
+                       {"result"})
+          .WithLabels({status.ok() ? "success" : "error"})
+          .Inc();
     }
     if (status.ok()) {
       queue_.Forget(*key);
@@ -530,47 +596,110 @@ Status Controller::EnsureObject(const json& cd, const k8s::ResourceRef& ref, con
   return result.ok() ? OkStatus() : result.status();
 }
 
-Status Controller::PruneDeparted(const json& cd, std::stop_token stop) {
-  // Nodes that run a daemon pod of this domain. A daemon removes its own
-  // entry when it stops; this covers daemons that could not (node lost,
-  // SIGKILL, partition), as upstream's periodic prune does, but on the pod's
-  // delete event instead of a 2 s poll.
-  std::set<std::string> nodes_with_pod;
-  for (const json& pod : ByLabel(*informers_->pods, Uid(cd))) {
-    const std::string node = Str(pod, "/spec/nodeName"_json_pointer);
-    if (!node.empty()) nodes_with_pod.insert(node);
+// Where a domain keeps its entries, for pruning and the start-up sweep.
+struct EntryList {
+  const k8s::ResourceRef* ref;
+  json::json_pointer list;
+  const char* key;
+  std::string subresource;
+};
+
+void Controller::RecordDeparture(const std::string& uid, const std::string& node, const std::string& ip) {
+  if (uid.empty() || node.empty() || ip.empty()) return;
+  std::lock_guard lock(mu_);
+  departed_[uid][node] = ip;
+}
+
+void Controller::RecordStartupDepartures() {
+  // Daemon pods deleted while no controller ran left entries whose node now
+  // has no daemon pod of the domain. Both caches are synced and no worker
+  // runs yet; a daemon that starts right now has its pod already (pods
+  // exist before their daemons write), so it is not taken for departed.
+  for (const ObjectPtr& cd : informers_->domains->store().List()) {
+    const std::string uid = Uid(*cd);
+    std::set<std::string> nodes_with_pod;
+    for (const json& pod : ByLabel(*informers_->pods, uid)) {
+      nodes_with_pod.insert(Str(pod, "/spec/nodeName"_json_pointer));
+    }
+    std::vector<CliqueMember> members;
+    if (options_.cliques_enabled) {
+      for (const json& clique : ByLabel(*informers_->cliques, uid)) {
+        for (CliqueMember& m : CliqueMembers(clique)) members.push_back(std::move(m));
+      }
+    } else {
+      members = CliqueMembers(*cd, MembershipStore::kComputeDomainStatus);
+    }
+    for (const CliqueMember& m : members) {
+      if (!nodes_with_pod.contains(m.node_name)) RecordDeparture(uid, m.node_name, m.ip_address);
+    }
   }
-  auto prune = [&](const json& object, const k8s::ResourceRef& ref, const json::json_pointer& list,
-                   const char* key, const std::string& subresource) -> Status {
-    if (!object.contains(list) || !object.at(list).is_array()) return OkStatus();
-    const json& entries = object.at(list);
+}
+
+Status Controller::PruneDeparted(const json& cd, std::stop_token stop) {
+  // A daemon removes its own entry when it stops; this covers daemons that
+  // could not (node lost, SIGKILL, partition), as upstream's periodic prune
+  // does, on the pod's delete event instead of a 2 s poll. Only an entry
+  // that still carries the departed pod's IP goes: a successor pod on the
+  // same node re-applies the entry with its own IP, and the patch's test
+  // keeps it (never "no pod seen, so prune": the pod informer may lag
+  // behind the clique informer by a few milliseconds).
+  const std::string uid = Uid(cd);
+  std::map<std::string, std::string> departed;
+  {
+    std::lock_guard lock(mu_);
+    auto it = departed_.find(uid);
+    if (it == departed_.end()) return OkStatus();
+    departed = it->second;
+  }
+  std::set<std::string> still_listed;  // departures whose entry is still there
+  auto prune = [&](const json& object, const EntryList& where) -> Status {
+    if (!object.contains(where.list) || !object.at(where.list).is_array()) return OkStatus();
+    const json& entries = object.at(where.list);
     json patch = json::array();
     std::vector<std::string> gone;
     for (std::size_t i = entries.size(); i-- > 0;) {
-      const std::string node = entries[i].value(key, "");
-      if (node.empty() || nodes_with_pod.contains(node)) continue;
+      const std::string node = entries[i].value(where.key, "");
+      auto it = departed.find(node);
+      if (it == departed.end()) continue;
+      if (entries[i].value("ipAddress", "") != it->second) continue;  // a successor's entry
+      still_listed.insert(node);
       // Test, then remove: a concurrent change fails the patch (re-read on retry).
-      const std::string path = list.to_string() + "/" + std::to_string(i);
-      patch.push_back({{"op", "test"}, {"path", path + "/" + key}, {"value", node}});
+      const std::string path = where.list.to_string() + "/" + std::to_string(i);
+      patch.push_back({{"op", "test"}, {"path", path + "/" + where.key}, {"value", node}});
+      patch.push_back({{"op", "test"}, {"path", path + "/ipAddress"}, {"value", it->second}});
       patch.push_back({{"op", "remove"}, {"path", path}});
       gone.push_back(node);
     }
     if (gone.empty()) return OkStatus();
     CountWrite();
-    auto result = client_.Patch(ref, Namespace(object), Name(object), k8s::PatchType::kJson, patch,
-                                PatchOptions(subresource), stop);
+    auto result = client_.Patch(*where.ref, Namespace(object), Name(object), k8s::PatchType::kJson, patch,
+                                PatchOptions(where.subresource), stop);
     if (!result.ok()) return k8s::IsNotFound(result.status()) ? OkStatus() : result.status();
-    LOG_INFO(0, "removed entries of nodes without a daemon pod",
+    for (const std::string& node : gone) still_listed.erase(node);
+    LOG_INFO(0, "removed entries of daemons whose pod is gone",
              {{"object", Key(object)}, {"nodes", fmt::format("{}", fmt::join(gone, ","))}});
     return OkStatus();
   };
-  if (!options_.cliques_enabled) {
-    return prune(cd, k8s::resources::kComputeDomains, "/status/nodes"_json_pointer, "name", "status");
-  }
   Status first_error = OkStatus();
-  for (const json& clique : ByLabel(*informers_->cliques, Uid(cd))) {
-    Status status = prune(clique, k8s::resources::kComputeDomainCliques, "/daemons"_json_pointer, "nodeName", "");
-    if (!status.ok() && first_error.ok()) first_error = status;
+  if (!options_.cliques_enabled) {
+    first_error = prune(cd, {&k8s::resources::kComputeDomains, "/status/nodes"_json_pointer, "name", "status"});
+  } else {
+    for (const json& clique : ByLabel(*informers_->cliques, uid)) {
+      Status status = prune(clique, {&k8s::resources::kComputeDomainCliques, "/daemons"_json_pointer, "nodeName", ""});
+      if (!status.ok() && first_error.ok()) first_error = status;
+    }
+  }
+  if (first_error.ok()) {
+    // Done with departures whose entry is gone (or never was there).
+    std::lock_guard lock(mu_);
+    auto it = departed_.find(uid);
+    if (it != departed_.end()) {
+      for (const auto& [node, ip] : departed) {
+        auto entry = it->second.find(node);
+        if (entry != it->second.end() && entry->second == ip && !still_listed.contains(node)) it->second.erase(entry);
+      }
+      if (it->second.empty()) departed_.erase(it);
+    }
   }
   return first_error;
 }
@@ -690,6 +819,8 @@ Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
     }
   }
 
+  ObserveStatus(uid, status);
+
   // Events on transitions only (and on a new kind of reason), not per poll.
   const std::string category = status == "Ready" ? "Ready" : why.substr(0, why.find(':'));
   bool emit = false;
@@ -714,6 +845,8 @@ Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
   });
   const std::string current_status = Str(cd, "/status/status"_json_pointer);
   const bool write_nodes = options_.cliques_enabled && !options_.host_managed && current_nodes != nodes;
+  LOG_INFO(4, "status computed", {{"computeDomain", Key(cd)}, {"resourceVersion", Str(cd, "/metadata/resourceVersion"_json_pointer)},
+                                   {"status", status}, {"nodes", nodes.dump()}, {"write", current_status != status || write_nodes}});
   if (current_status == status && !write_nodes) return OkStatus();
   json patch_status = {{"status", status}};
   if (write_nodes) patch_status["nodes"] = nodes;
@@ -830,6 +963,7 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   {
     std::lock_guard lock(mu_);
     torn_down_.insert(uid);
+    departed_.erase(uid);
     channels_.erase(uid);
     last_why_.erase(uid);
     written_.erase("status/" + uid);

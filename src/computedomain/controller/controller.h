@@ -40,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "computedomain/controller/templates.h"
 #include "k8s/cache/informer.h"
@@ -73,6 +74,11 @@ struct ControllerOptions {
   std::string instance;  // this replica (pod name), for Events
   int workers = 4;
   std::chrono::seconds sync_timeout{120};
+  // Borrowed, may be null: nvidia_dra_compute_domain_info{status} (as
+  // upstream) and nvdra_compute_domain_controller_{reconciles,api_writes}_total.
+  common::MetricsRegistry* metrics = nullptr;
+  // Stale-object cleanup after start, repeated this often (0: start only).
+  std::chrono::seconds cleanup_interval{600};
 };
 
 // Counters since start, for tests and logs.
@@ -116,9 +122,13 @@ class Controller {
   common::StatusOr<std::optional<int>> EnsureChannel(const nlohmann::json& cd, std::stop_token stop);
   common::Status EnsureObject(const nlohmann::json& cd, const k8s::ResourceRef& ref, const k8s::cache::Informer& cache,
                               const nlohmann::json& desired, std::stop_token stop);
-  // Removes entries (clique daemons[] or status.nodes[]) of nodes that run
-  // no daemon pod of the domain.
+  // Removes entries (clique daemons[] or status.nodes[]) of daemons whose
+  // pod is gone: those recorded by RecordDeparture, still with that IP.
   common::Status PruneDeparted(const nlohmann::json& cd, std::stop_token stop);
+  // A daemon pod of domain `uid` on `node` with `ip` was deleted.
+  void RecordDeparture(const std::string& uid, const std::string& node, const std::string& ip);
+  // At start: entries whose node has no daemon pod of their domain.
+  void RecordStartupDepartures();
   common::Status AssignCliqueIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
@@ -140,6 +150,10 @@ class Controller {
   bool AlreadyWritten(const std::string& key, const std::string& base_version, const nlohmann::json& body) const;
   void RememberWrite(const std::string& key, const std::string& base_version, const nlohmann::json& body);
 
+  // The domain counts under `status` in nvidia_dra_compute_domain_info
+  // (moved from its previous status); "" forgets it.
+  void ObserveStatus(const std::string& uid, const std::string& status);
+
   void Emit(const nlohmann::json& cd, k8s::EventType type, std::string_view reason, std::string_view note);
   void CountWrite();
 
@@ -151,7 +165,10 @@ class Controller {
   mutable std::mutex mu_;  // guards the members below
   std::map<std::string, int> channels_;         // domain UID -> channel ID handed out
   std::map<std::string, std::string> last_why_;  // domain UID -> last status explanation emitted
-  std::set<std::string> torn_down_;  // UIDs whose teardown finished and whose delete event is pending
+  std::set<std::string> torn_down_;
+  // domain UID -> node -> IP of a deleted daemon pod whose entry may remain
+  std::map<std::string, std::map<std::string, std::string>> departed_;
+  std::map<std::string, std::string> observed_status_;  // domain UID -> status counted in the info gauge  // UIDs whose teardown finished and whose delete event is pending
   // "status/<uid>" or "clique/<ns>/<name>" -> (resourceVersion written on, body)
   std::map<std::string, std::pair<std::string, nlohmann::json>> written_;
   ControllerStats stats_;

@@ -455,7 +455,11 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
       << scraped->body;
   EXPECT_NE(scraped->body.find("nvdra_compute_domain_controller_reconciles_total{result=\"success\"}"),
             std::string::npos);
-  EXPECT_NE(scraped->body.find("nvdra_compute_domain_controller_api_writes_total"), std::string::npos);
+  const std::size_t writes_at = scraped->body.find("\nnvdra_compute_domain_controller_api_writes_total ");
+  ASSERT_NE(writes_at, std::string::npos) << scraped->body;
+  std::printf("cd-a: %s API writes by the controller up to Ready with 3 daemons (finalizer, 3 objects, 3 index "
+              "applies, status)\n",
+              scraped->body.substr(writes_at + 50, scraped->body.find('\n', writes_at + 1) - writes_at - 50).c_str());
 
   // n2 leaves, n4 joins: n4 takes n2's index, n1 and n3 keep theirs.
   ASSERT_TRUE(daemons[1].membership->RemoveEntry().ok());

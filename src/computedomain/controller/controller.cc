@@ -733,7 +733,7 @@ Status Controller::AssignCliqueIndexes(const json& cd, std::stop_token stop) {
     CountWrite();
     auto result = client_.Apply(k8s::resources::kComputeDomainCliques, Namespace(clique), intent,
                                 ApplyOptions(), stop);
-    if (result.ok()) RememberWrite(memo_key, base, intent);
+    if (result.ok()) RememberWrite(memo_key, base, Str(*result, "/metadata/resourceVersion"_json_pointer), intent);
     if (!result.ok()) {
       if (first_error.ok()) first_error = result.status();
       continue;
@@ -857,7 +857,7 @@ Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
   CountWrite();
   auto result = client_.Patch(k8s::resources::kComputeDomains, Namespace(cd), Name(cd), k8s::PatchType::kMerge,
                               patch, PatchOptions("status"), stop);
-  if (result.ok()) RememberWrite(memo_key, base, patch);
+  if (result.ok()) RememberWrite(memo_key, base, Str(*result, "/metadata/resourceVersion"_json_pointer), patch);
   if (result.ok() && current_status != status) {
     LOG_INFO(0, "status changed", {{"computeDomain", Key(cd)}, {"status", status}, {"nodes", nodes.size()}});
   }
@@ -1001,15 +1001,28 @@ Status Controller::CleanupStale(std::stop_token stop) {
   return first_error;
 }
 
-bool Controller::AlreadyWritten(const std::string& key, const std::string& base_version, const json& body) const {
+bool Controller::AlreadyWritten(const std::string& key, const std::string& cached_version, const json& body) const {
   std::lock_guard lock(mu_);
   auto it = written_.find(key);
-  return it != written_.end() && it->second.first == base_version && it->second.second == body;
+  if (it == written_.end() || it->second.body != body) return false;
+  // The cache still shows the object we wrote on: our write is not in it yet.
+  if (cached_version == it->second.base_version) return true;
+  // Or an object between that one and ours (another writer's change, e.g. a
+  // finalizer patch, arrived first). resourceVersions are etcd revisions in
+  // practice; where they do not read as numbers, write again.
+  std::uint64_t cached = 0, written = 0;
+  const auto parse = [](const std::string& text, std::uint64_t& out) {
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 19) return false;
+    out = std::stoull(text);
+    return true;
+  };
+  return parse(cached_version, cached) && parse(it->second.result_version, written) && cached < written;
 }
 
-void Controller::RememberWrite(const std::string& key, const std::string& base_version, const json& body) {
+void Controller::RememberWrite(const std::string& key, const std::string& base_version,
+                               const std::string& result_version, const json& body) {
   std::lock_guard lock(mu_);
-  written_[key] = {base_version, body};
+  written_[key] = {base_version, result_version, body};
 }
 
 void Controller::Emit(const json& cd, k8s::EventType type, std::string_view reason, std::string_view note) {

@@ -144,11 +144,12 @@ class Controller {
   common::StatusOr<nlohmann::json> RenderDaemonClaim(const nlohmann::json& cd) const;
   common::StatusOr<nlohmann::json> RenderWorkloadClaim(const nlohmann::json& cd, std::optional<int> channel) const;
 
-  // Whether `body` was already written on top of the object at
-  // `base_version`: then the cache only lags behind our own write, and
-  // writing again would change nothing.
-  bool AlreadyWritten(const std::string& key, const std::string& base_version, const nlohmann::json& body) const;
-  void RememberWrite(const std::string& key, const std::string& base_version, const nlohmann::json& body);
+  // Whether `body` is what we last wrote for `key` and the cached object
+  // (at `cached_version`) predates that write: then the cache only lags
+  // behind our own write, and writing again would change nothing.
+  bool AlreadyWritten(const std::string& key, const std::string& cached_version, const nlohmann::json& body) const;
+  void RememberWrite(const std::string& key, const std::string& base_version, const std::string& result_version,
+                     const nlohmann::json& body);
 
   // The domain counts under `status` in nvidia_dra_compute_domain_info
   // (moved from its previous status); "" forgets it.
@@ -169,8 +170,12 @@ class Controller {
   // domain UID -> node -> IP of a deleted daemon pod whose entry may remain
   std::map<std::string, std::map<std::string, std::string>> departed_;
   std::map<std::string, std::string> observed_status_;  // domain UID -> status counted in the info gauge  // UIDs whose teardown finished and whose delete event is pending
-  // "status/<uid>" or "clique/<ns>/<name>" -> (resourceVersion written on, body)
-  std::map<std::string, std::pair<std::string, nlohmann::json>> written_;
+  struct Written {
+    std::string base_version;    // the cached object the write was computed from
+    std::string result_version;  // the object the write made
+    nlohmann::json body;
+  };
+  std::map<std::string, Written> written_;  // "status/<uid>" or "clique/<ns>/<name>" -> last write
   ControllerStats stats_;
 
   // Last: stopped before the members above go.

@@ -312,6 +312,14 @@ TEST_F(ChartClusterTest, PolicyConfinesEachPluginToItsOwnNodesSlices) {
         << "the policy never denied node B's slice within 60 s; last answer: " << probe.out << probe.err;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  // The same for the Node policy.
+  for (;;) {
+    CommandResult probe = as_plugin_a({"label", "--dry-run=server", "node", "node-b", "nvdra.test/probe=yes"});
+    if (probe.err.find("ValidatingAdmissionPolicy") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "the Node policy never denied node B within 60 s; last answer: " << probe.out << probe.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 
   // Its own node: create, update and delete are allowed.
   CommandResult own = as_plugin_a({"create", "-f", "-"}, Slice("slice-a", "node-a").dump());
@@ -356,6 +364,14 @@ TEST_F(ChartClusterTest, PolicyConfinesEachPluginToItsOwnNodesSlices) {
                  Slice("slice-a2", "node-a").dump());
   EXPECT_FALSE(nodeless_create.ok()) << "a token without a node wrote a slice";
   EXPECT_NE(nodeless_create.err.find("has no node in its token"), std::string::npos) << nodeless_create.err;
+
+  // Nodes: RBAC lets the plugins update every Node (the ComputeDomain
+  // plugin labels its own); the second policy keeps each to its own.
+  CommandResult own_node = as_plugin_a({"label", "node", "node-a", "nvdra.test/touched=yes"});
+  EXPECT_TRUE(own_node.ok()) << "plugin on node-a could not label its Node: " << own_node.err;
+  CommandResult other_node = as_plugin_a({"label", "node", "node-b", "nvdra.test/touched=yes"});
+  EXPECT_FALSE(other_node.ok()) << "plugin on node-a labelled node-b";
+  EXPECT_NE(other_node.err.find("may only update its own Node"), std::string::npos) << other_node.err;
 
   CommandResult own_delete = as_plugin_a({"delete", "resourceslice", "slice-a"});
   EXPECT_TRUE(own_delete.ok()) << own_delete.err;

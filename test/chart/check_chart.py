@@ -142,18 +142,24 @@ class Checker:
                 self.expect(name in self.env_read or name in ENV_NOT_FOR_BINARIES,
                             f"container {c['name']} sets {name}, which none of our binaries reads")
         # The VAP restricts the service account the plugins really run as.
-        vap = self.find(objs, "ValidatingAdmissionPolicy")
         ds = self.find(objs, "DaemonSet")
+        policies = [f"resourceslices-policy-{NAME}"]
+        if "compute-domains" in self.containers(objs):
+            policies.append(f"nodes-policy-{NAME}")  # the CD plugin may update only its own Node
         if ds:
-            self.expect(len(vap) == 1, "no ValidatingAdmissionPolicy while kubelet plugins are deployed")
-            if vap:
+            self.expect(sorted(o["metadata"]["name"] for o in self.find(objs, "ValidatingAdmissionPolicy")) ==
+                        sorted(policies), f"policies, want {policies}")
+            for name in policies:
+                vap = self.find(objs, "ValidatingAdmissionPolicy", name)
+                if not vap:
+                    continue
                 sa = ds[0]["spec"]["template"]["spec"]["serviceAccountName"]
                 cond = vap[0]["spec"]["matchConditions"][0]["expression"]
                 self.expect(f'"system:serviceaccount:{NAMESPACE}:{sa}"' in cond,
-                            f"the VAP matches {cond!r}, not the plugins' account {sa}")
-                binding = self.find(objs, "ValidatingAdmissionPolicyBinding")
-                self.expect(binding and binding[0]["spec"]["policyName"] == vap[0]["metadata"]["name"]
-                            and binding[0]["spec"]["validationActions"] == ["Deny"], "VAP binding wrong")
+                            f"{name} matches {cond!r}, not the plugins' account {sa}")
+                binding = self.find(objs, "ValidatingAdmissionPolicyBinding", name)
+                self.expect(binding and binding[0]["spec"]["policyName"] == name
+                            and binding[0]["spec"]["validationActions"] == ["Deny"], f"{name} binding wrong")
 
     # --- cases ----------------------------------------------------------------
     def case_default(self):

@@ -171,6 +171,15 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 		}
 	}
 
+	// Figures for the chart's resource requests (printed, not asserted).
+	all, err := client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{})
+	must(t, "pods", err)
+	for _, p := range all.Items {
+		for _, c := range p.Spec.Containers {
+			logContainerMemory(t, env, p.Spec.NodeName, p.Name, c.Name)
+		}
+	}
+
 	// The webhook pod serves the chart's generated certificate and rejects a
 	// claim whose GpuConfig does not validate, naming the field. Asked on its
 	// pod address: the API server cannot reach it through the Service here,
@@ -467,4 +476,36 @@ func checkWebhookRejects(ctx context.Context, t *testing.T, client kubernetes.In
 	} else {
 		t.Logf("webhook denies: %s", answer.Response.Status.Message)
 	}
+}
+
+// logContainerMemory prints VmRSS and Pss of a running container's process
+// (from /proc: the simulated containers are processes of this machine).
+func logContainerMemory(t *testing.T, env *environment, node, pod, container string) {
+	t.Helper()
+	n := env.node(t, node)
+	view, err := cri.ReadView(cri.ViewPath(n.Config.ViewsDir(), chartNamespace, pod, container))
+	if err != nil {
+		t.Logf("memory of %s/%s: %v", pod, container, err)
+		return
+	}
+	data, err := os.ReadFile(filepath.Join(n.Config.ContainersDir(), view.ContainerID, cri.PidFile))
+	if err != nil {
+		t.Logf("memory of %s/%s: %v", pod, container, err)
+		return
+	}
+	pid := strings.TrimSpace(string(data))
+	field := func(file, name string) string {
+		b, err := os.ReadFile(filepath.Join("/proc", pid, file))
+		if err != nil {
+			return "?"
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "?"
+	}
+	t.Logf("memory of %s (%s on %s): VmRSS %s, Pss %s, RssAnon %s", container, pod, node,
+		field("status", "VmRSS"), field("smaps_rollup", "Pss"), field("status", "RssAnon"))
 }

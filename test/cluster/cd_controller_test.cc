@@ -765,5 +765,27 @@ TEST_F(CdControllerTest, WithoutCliquesIndexesAreAssignedPerCliqueInStatusNodes)
   DeleteCdAndExpectNothingLeft(cd);
 }
 
+
+TEST_F(CdControllerTest, ForeignClaimTemplateOfTheSameNameIsLeftAloneWithAnEvent) {
+  json rct = {{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceClaimTemplate"},
+              {"metadata", {{"name", "cd-taken-channel"}, {"namespace", kUserNs}}},
+              {"spec", {{"spec", {{"devices", {{"requests", json::array({{{"name", "mine"},
+                                                                         {"exactly", {{"deviceClassName", "x"}}}}})}}}}}}}};
+  ASSERT_TRUE(env_->client->Create(k8s::resources::kResourceClaimTemplates, kUserNs, rct).ok());
+  auto controller = StartController("ctl-conflict");
+  json cd = CreateCd("cd-taken", 0);
+  const std::string uid = Str(cd, "/metadata/uid");
+  EXPECT_TRUE(WaitForEvent(uid, "NameConflict", "cd-taken-channel exists and does not belong"));
+  auto still = env_->client->Get(k8s::resources::kResourceClaimTemplates, kUserNs, "cd-taken-channel");
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ((*still)["spec"]["spec"]["devices"]["requests"][0]["name"], "mine");
+  EXPECT_FALSE(still->contains("/metadata/labels"_json_pointer)) << still->dump();
+  // Deleting the domain does not delete the user's template.
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kComputeDomains, kUserNs, "cd-taken").ok());
+  EXPECT_TRUE(cds_->WaitForGone(CdKey("cd-taken")));
+  EXPECT_TRUE(env_->client->Get(k8s::resources::kResourceClaimTemplates, kUserNs, "cd-taken-channel").ok());
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -555,8 +555,14 @@ Status Controller::EnsureObject(const json& cd, const k8s::ResourceRef& ref, con
   if (!existing) {
     CountWrite();
     auto created = client_.Create(ref, ns, desired, WriteOptions(), stop);
-    if (created.ok() || k8s::IsAlreadyExists(created.status())) return OkStatus();  // the informer brings it
-    return created.status();
+    if (created.ok()) return OkStatus();  // the informer brings it
+    if (!k8s::IsAlreadyExists(created.status())) return created.status();
+    // Not in our label-selected cache: ours but not seen yet, or someone
+    // else's object under the name this domain asks for.
+    auto current = client_.Get(ref, ns, name, {}, stop);
+    if (!current.ok()) return current.status();
+    if (Label(*current, kComputeDomainLabel) == uid) return OkStatus();
+    existing = std::make_shared<const json>(*std::move(current));
   }
   const json& have = *existing;
   if (Label(have, kComputeDomainLabel) != uid) {

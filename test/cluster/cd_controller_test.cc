@@ -787,5 +787,19 @@ TEST_F(CdControllerTest, ForeignClaimTemplateOfTheSameNameIsLeftAloneWithAnEvent
   EXPECT_TRUE(env_->client->Get(k8s::resources::kResourceClaimTemplates, kUserNs, "cd-taken-channel").ok());
 }
 
+
+TEST_F(CdControllerTest, DeletedRightAfterCreateLeavesNothing) {
+  auto controller = StartController("ctl-quick");
+  // Ready first, so the controller runs; then create-and-delete races the
+  // controller's own creates against its caches.
+  json warm = CreateCd("cd-quick-warm", 0);
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-quick-warm"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  for (int i = 0; i < 5; ++i) {
+    json cd = CreateCd("cd-quick-" + std::to_string(i), 0);
+    DeleteCdAndExpectNothingLeft(cd);
+  }
+  DeleteCdAndExpectNothingLeft(warm);
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -933,8 +933,15 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   const std::string workload = WorkloadClaimName(cd);
   // The workload template only when it is ours (a user's object of that
   // name was never adopted).
-  ObjectPtr workload_object = informers_->claim_templates->store().Get(Namespace(cd) + "/" + workload);
-  const bool own_workload = workload_object && Label(*workload_object, kComputeDomainLabel) == uid;
+  bool own_workload = false;
+  if (ObjectPtr cached = informers_->claim_templates->store().Get(Namespace(cd) + "/" + workload)) {
+    own_workload = Label(*cached, kComputeDomainLabel) == uid;
+  } else {
+    // Created a moment ago and not cached yet, or someone else's (not cached: unlabelled).
+    auto current = client_.Get(Rct(), Namespace(cd), workload, {}, stop);
+    if (!current.ok() && !k8s::IsNotFound(current.status())) return current.status();
+    own_workload = current.ok() && Label(*current, kComputeDomainLabel) == uid;
+  }
   // 1. Workload template first: no new workload claims for this domain.
   if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, uid, stop));
   if (!options_.host_managed) {

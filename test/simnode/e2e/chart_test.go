@@ -30,11 +30,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"nvdra.local/test/simnode/harness"
@@ -59,8 +63,10 @@ const (
 
 // chartValues adapts the chart to simulated nodes, and only that: the mock
 // driver root at the GPU Operator's path, the harness's GPU label for the
-// plugins' affinity, make-driver-root's /proc/devices, and no fixed ports a
-// second node's plugin would also bind (all share one network namespace).
+// plugins' affinity, make-driver-root's /proc/devices, no fixed ports a
+// second node's plugin would also bind (all share one network namespace),
+// and failurePolicy Ignore: the API server cannot reach the webhook through
+// its Service, as EndpointSlices refuse the pods' loopback addresses.
 const chartValues = `
 gpuResourcesEnabledOverride: true
 nvidiaDriverRoot: /run/nvidia/driver
@@ -72,6 +78,7 @@ controller:
     enabled: false
 webhook:
   containerPort: ` + "18443" + `
+  failurePolicy: Ignore
 kubeletPlugin:
   metrics:
     enabled: false
@@ -186,6 +193,11 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 	// since EndpointSlices refuse the simulated pods' loopback addresses
 	// (test/cluster's webhook test covers the API server's call).
 	checkWebhookRejects(ctx, t, client)
+
+	// The controller, with the chart's RBAC, reconciles a ComputeDomain: the
+	// daemon DaemonSet in the driver's namespace, the workload claim template
+	// in the domain's; deleting the domain removes them and its finalizer.
+	checkControllerReconciles(ctx, t, env, client)
 
 	// Upgrade with a changed value: the plugins roll to the new setting.
 	start = time.Now()
@@ -508,4 +520,87 @@ func logContainerMemory(t *testing.T, env *environment, node, pod, container str
 	}
 	t.Logf("memory of %s (%s on %s): VmRSS %s, Pss %s, RssAnon %s", container, pod, node,
 		field("status", "VmRSS"), field("smaps_rollup", "Pss"), field("status", "RssAnon"))
+}
+
+func checkControllerReconciles(ctx context.Context, t *testing.T, env *environment, client kubernetes.Interface) {
+	t.Helper()
+	restConfig, err := clientcmd.BuildConfigFromFlags("", env.cp.Kubeconfig)
+	must(t, "rest config", err)
+	dyn, err := dynamic.NewForConfig(restConfig)
+	must(t, "dynamic client", err)
+	const ns, name = "chart-e2e", "domain"
+	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	start := time.Now()
+	created, err := dyn.Resource(cdGVR).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resource.nvidia.com/v1beta1",
+		"kind":       "ComputeDomain",
+		"metadata":   map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"numNodes": int64(2),
+			"channel":  map[string]any{"resourceClaimTemplate": map[string]any{"name": name + "-channel"}},
+		},
+	}}, metav1.CreateOptions{})
+	must(t, "ComputeDomain", err)
+	daemonSet := "computedomain-daemon-" + string(created.GetUID())
+	waitForObject(ctx, t, "DaemonSet "+daemonSet, func(ctx context.Context) (bool, error) {
+		_, err := client.AppsV1().DaemonSets(chartNamespace).Get(ctx, daemonSet, metav1.GetOptions{})
+		return err == nil, ignoreNotFound(err)
+	}, client.AppsV1().DaemonSets(chartNamespace).Watch)
+	waitForObject(ctx, t, "workload claim template", func(ctx context.Context) (bool, error) {
+		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, name+"-channel", metav1.GetOptions{})
+		return err == nil, ignoreNotFound(err)
+	}, client.ResourceV1().ResourceClaimTemplates(ns).Watch)
+	t.Logf("controller: ComputeDomain to daemon DaemonSet and workload template: %.1f s", time.Since(start).Seconds())
+	must(t, "delete ComputeDomain", dyn.Resource(cdGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}))
+	waitForObject(ctx, t, "ComputeDomain gone (finalizer released)", func(ctx context.Context) (bool, error) {
+		_, err := dyn.Resource(cdGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	}, dyn.Resource(cdGVR).Namespace(ns).Watch)
+	waitForObject(ctx, t, "daemon DaemonSet gone", func(ctx context.Context) (bool, error) {
+		_, err := client.AppsV1().DaemonSets(chartNamespace).Get(ctx, daemonSet, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	}, client.AppsV1().DaemonSets(chartNamespace).Watch)
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// waitForObject checks done, then again on every event of the watch, until
+// it holds.
+func waitForObject(ctx context.Context, t *testing.T, what string, done func(context.Context) (bool, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) {
+	t.Helper()
+	for {
+		w, err := watchFn(ctx, metav1.ListOptions{})
+		must(t, "watch for "+what, err)
+		ok, err := done(ctx)
+		if err != nil {
+			w.Stop()
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			w.Stop()
+			return
+		}
+		for ev := range w.ResultChan() {
+			_ = ev
+			if ok, err = done(ctx); ok || err != nil {
+				break
+			}
+		}
+		w.Stop()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		}
+	}
 }

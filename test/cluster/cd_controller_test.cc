@@ -794,7 +794,7 @@ TEST_F(CdControllerTest, DeletedRightAfterCreateLeavesNothing) {
   // controller's own creates against its caches.
   json warm = CreateCd("cd-quick-warm", 0);
   ASSERT_TRUE(cds_->WaitFor(CdKey("cd-quick-warm"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 10; ++i) {
     json cd = CreateCd("cd-quick-" + std::to_string(i), 0);
     DeleteCdAndExpectNothingLeft(cd);
   }

@@ -257,6 +257,11 @@ void Controller::EnqueueByLabel(const ObjectPtr& object) {
   auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
   if (!domains.ok()) return;
   for (const ObjectPtr& cd : *domains) queue_.Add(Key(*cd));
+  if (domains->empty() && !Deleting(*object)) {
+    // An object of a domain this cache does not (or no longer) know: looked
+    // at again a little later, when a domain just created would be cached.
+    queue_.AddAfter(std::string(kGonePrefix) + uid, kGoneDelay);
+  }
 }
 
 Status Controller::Run(std::stop_token stop) {
@@ -288,8 +293,14 @@ Status Controller::Run(std::stop_token stop) {
           [this](const ObjectPtr& o) {
             if (o) {
               ObserveStatus(Uid(*o), "");
-              std::lock_guard lock(mu_);
-              torn_down_.erase(Uid(*o));
+              {
+                std::lock_guard lock(mu_);
+                torn_down_.erase(Uid(*o));
+              }
+              // Normally the cascade left nothing. A domain that went without
+              // it (its finalizer removed by someone else, or a write of ours
+              // that raced its deletion) leaves objects behind: sweep them.
+              queue_.Add(std::string(kGonePrefix) + Uid(*o));
             }
             EnqueueDomainKey(o);
           },
@@ -396,6 +407,7 @@ void Controller::Work(std::stop_token stop) {
 }
 
 Status Controller::Reconcile(const std::string& key, std::stop_token stop) {
+  if (key.starts_with(kGonePrefix)) return CleanupDomain(key.substr(kGonePrefix.size()), stop);
   ObjectPtr object = informers_->domains->store().Get(key);
   if (!object) return OkStatus();  // gone: Teardown ran before its finalizer went
   const json& cd = *object;
@@ -587,7 +599,7 @@ Status Controller::EnsureObject(const json& cd, const k8s::ResourceRef& ref, con
     // which then creates the new one.
     LOG_INFO(0, "replacing a claim template whose spec is not the wanted one",
              {{"object", ref.Name() + " " + ns + "/" + name}});
-    RETURN_IF_ERROR(DeleteOwned(ref, ns, name, uid, stop));
+    RETURN_IF_ERROR(DeleteOwned(ref, ns, name, stop));
     return ReleaseOwned(ref, ns, name, stop);
   }
   json updated = have;
@@ -871,13 +883,12 @@ Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
 }
 
 Status Controller::DeleteOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
-                               const std::string& uid, std::stop_token stop) {
+                               std::stop_token stop) {
   CountWrite();
   k8s::DeleteOptions options;
   options.propagation_policy = "Background";
   auto result = client_.Delete(ref, ns, name, options, stop);
   if (result.ok() || k8s::IsNotFound(result.status())) return OkStatus();
-  (void)uid;
   return result.status();
 }
 
@@ -943,11 +954,11 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     own_workload = current.ok() && Label(*current, kComputeDomainLabel) == uid;
   }
   // 1. Workload template first: no new workload claims for this domain.
-  if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, uid, stop));
+  if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, stop));
   if (!options_.host_managed) {
     // 2. Daemons and their claim template.
-    RETURN_IF_ERROR(DeleteOwned(Ds(), options_.driver_namespace, daemon_name, uid, stop));
-    RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, uid, stop));
+    RETURN_IF_ERROR(DeleteOwned(Ds(), options_.driver_namespace, daemon_name, stop));
+    RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, stop));
     // 3. Node labels set by the kubelet plugin for this domain.
     RETURN_IF_ERROR(RemoveNodeLabels(uid, stop));
   }
@@ -959,7 +970,7 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     // 5. Cliques: their daemons are gone with the DaemonSet.
     if (informers_->cliques) {
       for (const json& clique : ByLabel(*informers_->cliques, uid)) {
-        RETURN_IF_ERROR(DeleteOwned(k8s::resources::kComputeDomainCliques, Namespace(clique), Name(clique), uid, stop));
+        RETURN_IF_ERROR(DeleteOwned(k8s::resources::kComputeDomainCliques, Namespace(clique), Name(clique), stop));
       }
     }
   }
@@ -986,6 +997,37 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   return OkStatus();
 }
 
+Status Controller::CleanupDomain(const std::string& uid, std::stop_token stop) {
+  if (uid.empty()) return OkStatus();
+  auto live = informers_->domains->store().ByIndex(kUidIndex, uid);
+  if (live.ok() && !live->empty()) return OkStatus();  // it exists after all
+  Status first_error = OkStatus();
+  auto note = [&](const Status& s) {
+    if (!s.ok() && first_error.ok()) first_error = s;
+  };
+  auto sweep = [&](const k8s::cache::Informer* informer, const k8s::ResourceRef& ref, bool finalized) {
+    if (informer == nullptr) return;
+    for (const json& o : ByLabel(*informer, uid)) {
+      LOG_INFO(0, "removing an object of a ComputeDomain that no longer exists",
+               {{"object", ref.Name() + " " + Key(o)}, {"uid", uid}});
+      note(DeleteOwned(ref, Namespace(o), Name(o), stop));
+      if (finalized) note(ReleaseOwned(ref, Namespace(o), Name(o), stop));
+    }
+  };
+  sweep(informers_->claim_templates.get(), Rct(), true);
+  sweep(informers_->daemon_sets.get(), Ds(), true);
+  sweep(informers_->cliques.get(), k8s::resources::kComputeDomainCliques, false);
+  if (!options_.host_managed) note(RemoveNodeLabels(uid, stop));
+  if (first_error.ok()) {
+    std::lock_guard lock(mu_);
+    channels_.erase(uid);
+    last_why_.erase(uid);
+    departed_.erase(uid);
+    written_.erase("status/" + uid);
+  }
+  return first_error;
+}
+
 Status Controller::CleanupStale(std::stop_token stop) {
   std::set<std::string> live;
   for (const ObjectPtr& cd : informers_->domains->store().List()) live.insert(Uid(*cd));
@@ -1000,7 +1042,7 @@ Status Controller::CleanupStale(std::stop_token stop) {
       if (uid.empty() || live.contains(uid)) continue;
       LOG_INFO(0, "removing an object of a ComputeDomain that no longer exists",
                {{"object", ref.Name() + " " + Key(*o)}, {"uid", uid}});
-      note(DeleteOwned(ref, Namespace(*o), Name(*o), uid, stop));
+      note(DeleteOwned(ref, Namespace(*o), Name(*o), stop));
       if (finalized) {
         Status released = ReleaseOwned(ref, Namespace(*o), Name(*o), stop);
         if (released.code() != common::StatusCode::kUnavailable) note(released);

@@ -116,6 +116,11 @@ class Controller {
   common::Status ReconcileLive(const nlohmann::json& cd, std::stop_token stop);
   common::Status Teardown(const nlohmann::json& cd, std::stop_token stop);
   common::Status CleanupStale(std::stop_token stop);
+  // Queue key "gone/<uid>": removes what a domain that no longer exists left
+  // (objects by label, node labels), unless the domain is cached after all.
+  common::Status CleanupDomain(const std::string& uid, std::stop_token stop);
+  static constexpr std::string_view kGonePrefix = "gone/";
+  static constexpr std::chrono::seconds kGoneDelay{2};
 
   // Writes with bookkeeping.
   common::Status EnsureFinalizer(const nlohmann::json& cd, std::stop_token stop);
@@ -132,8 +137,9 @@ class Controller {
   common::Status AssignCliqueIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
+  // Deletes (propagation Background); an absent object is OK.
   common::Status DeleteOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
-                             const std::string& uid, std::stop_token stop);
+                             std::stop_token stop);
   // Removes our finalizer from the object, then checks it is gone;
   // kUnavailable while it is still there.
   common::Status ReleaseOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,

@@ -306,7 +306,8 @@ class Checker:
                     f"{NAMESPACE}/{NAME}-webhook-cert", "inject-ca-from")
 
     def case_channel_isolation(self):
-        objs = self.render(*BASE, "--set", "resources.computeDomains.imex.isolation=channel")
+        objs = self.render(*BASE, "--set", "resources.computeDomains.imex.isolation=channel",
+                           "--set", "resources.computeDomains.imex.channelCount=64")
         self.check_common(objs)
         ch = self.one(objs, "DeviceClass", "compute-domain-default-channel.nvidia.com")
         if ch:
@@ -317,6 +318,10 @@ class Checker:
         d = self.one(objs, "Deployment", f"{NAME}-controller")
         self.expect(d and self.env(d["spec"]["template"]["spec"]["containers"][0]).get("IMEX_ISOLATION") == "channel",
                     "controller IMEX_ISOLATION")
+        # Plugin and controller must agree on the channel range.
+        self.expect(c and self.env(c).get("IMEX_CHANNEL_COUNT") == "64", "plugin IMEX_CHANNEL_COUNT")
+        self.expect(d and self.env(d["spec"]["template"]["spec"]["containers"][0]).get("IMEX_CHANNEL_COUNT") == "64",
+                    "controller IMEX_CHANNEL_COUNT")
 
     def case_host_managed(self):
         objs = self.render(*BASE, "--set", "resources.computeDomains.imex.mode=hostManaged",

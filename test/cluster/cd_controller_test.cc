@@ -74,23 +74,6 @@ std::map<std::string, json> Daemons(const json& clique) {
   return out;
 }
 
-// A port nobody listens on now (bound and released; the controller binds it next).
-int FreeLocalPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 // The index of `node`'s entry in a clique, -1 when it has none (yet).
 std::int64_t IndexOf(const json& clique, const std::string& node) {
   auto entries = Daemons(clique);

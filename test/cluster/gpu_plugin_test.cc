@@ -325,23 +325,6 @@ TEST_F(GpuPluginTest, ARebootClearsPreparedState) {
   EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareCompleted");
 }
 
-// A port nobody listens on now (bound and released; the plugin binds it next).
-int FreeLocalPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 // Samples of a text-format scrape by series ("name{labels}"); comments skipped.
 std::map<std::string, double> ParseSamples(const std::string& text) {
   std::map<std::string, double> samples;

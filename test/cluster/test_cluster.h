@@ -36,6 +36,10 @@ struct CommandResult {
 CommandResult RunCommand(const std::vector<std::string>& argv, const std::string& input = "",
                          std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
+// A loopback TCP port nobody listens on now (bound and released, for a
+// process under test to bind next); -1 when none could be had.
+int FreeLocalPort();
+
 class TestCluster {
  public:
   // Starts a cluster and waits until it takes workloads (API server ready,

@@ -93,23 +93,6 @@ std::string MakePki(const fs::path& dir, const std::string& name) {
   return result.ok() ? "" : "openssl: " + result.err + result.out;
 }
 
-// A free loopback port (bound, read and released: a small race with other
-// processes, acceptable in a test).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 json Params(const std::string& kind, json extra = json::object()) {
   json config = {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", kind}};
   config.update(extra);
@@ -142,8 +125,8 @@ class WebhookClusterTest : public ::testing::Test {
     fs::copy_file(*dir_ / "ca-a" / "tls.crt", *dir_ / "serving" / "tls.crt");
     fs::copy_file(*dir_ / "ca-a" / "tls.key", *dir_ / "serving" / "tls.key");
 
-    port_ = FreePort();
-    metrics_port_ = FreePort();
+    port_ = FreeLocalPort();
+    metrics_port_ = FreeLocalPort();
     ASSERT_GT(port_, 0);
     common::SpawnOptions options;
     options.argv = {WEBHOOK_BINARY,

@@ -60,6 +60,7 @@ type clusterOptions struct {
 	binDir       string
 	extraGates   []string
 	startTimeout time.Duration
+	auditLog     bool // the API server's audit log in logs/audit.log
 }
 
 type cluster struct {
@@ -175,8 +176,22 @@ func (c *cluster) startEtcd() (*component, error) {
 }
 
 func (c *cluster) startAPIServer() (*component, error) {
+	if c.opts.auditLog {
+		if err := os.WriteFile(c.path("audit-policy.yaml"), []byte(auditPolicy), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	return c.start("kube-apiserver", c.binary("kube-apiserver"), c.apiServerArgs())
 }
+
+// auditPolicy records every request once it is answered (a watch once its
+// response starts), without bodies: enough to attribute requests to clients.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
 
 // restartAPIServer stops kube-apiserver and starts it again on the same port
 // with the same flags, plus those listed in apiserver-restart-args (later
@@ -226,7 +241,11 @@ func (c *cluster) restartAPIServer() (int, error) {
 
 func (c *cluster) apiServerArgs() []string {
 	p := c.pki
-	return []string{
+	var audit []string
+	if c.opts.auditLog {
+		audit = []string{"--audit-policy-file=" + c.path("audit-policy.yaml"), "--audit-log-path=" + c.path("logs", "audit.log")}
+	}
+	return append(audit, []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.ports["etcd-client"]),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -261,7 +280,7 @@ func (c *cluster) apiServerArgs() []string {
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",
-	}
+	}...)
 }
 
 func (c *cluster) startControllerManager() (*component, error) {

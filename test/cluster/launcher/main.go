@@ -7,6 +7,12 @@
 //	cluster-launcher down --dir D   stops the cluster started by "up"
 //	cluster-launcher kubeconfig --dir D
 //
+// With --audit-log (or CLUSTER_AUDIT_LOG=1 in the environment, which a test
+// process can set for the launchers it starts) the API server writes one JSON line per request to
+// D/logs/audit.log (level Metadata: who, which user agent, verb, resource,
+// status; no bodies), so that a benchmark can say which client made which
+// request.
+//
 // While "run" runs, SIGUSR1 restarts kube-apiserver alone, with the same flags
 // and port plus the extra flags listed (one per line) in D/apiserver-restart-args,
 // if that file exists; once it is ready again (or failed) the launcher prints
@@ -65,6 +71,8 @@ func main() {
 	gates := fs.String("feature-gates", "", "extra feature gates for every server, e.g. DRAResourcePoolStatus=true")
 	timeout := fs.Duration("start-timeout", 120*time.Second, "how long start-up may take")
 	dieWithParent := fs.Bool("die-with-parent", false, "end (and stop the cluster) when the parent process ends")
+	auditLog := fs.Bool("audit-log", os.Getenv(envAuditLog) == "1",
+		"write the API server's audit log (every request's user, user agent, verb and resource; no bodies) to DIR/logs/audit.log (env "+envAuditLog+"=1)")
 	fs.Usage = usage
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
@@ -82,7 +90,7 @@ func main() {
 		}
 		*binDir = filepath.Dir(self)
 	}
-	opts := clusterOptions{dir: absDir, binDir: *binDir, startTimeout: *timeout}
+	opts := clusterOptions{dir: absDir, binDir: *binDir, startTimeout: *timeout, auditLog: *auditLog}
 	if *gates != "" {
 		opts.extraGates = strings.Split(*gates, ",")
 	}
@@ -110,6 +118,9 @@ func main() {
 		os.Exit(2)
 	}
 }
+
+// envAuditLog is --audit-log's environment twin.
+const envAuditLog = "CLUSTER_AUDIT_LOG"
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "cluster-launcher: %v\n", err)

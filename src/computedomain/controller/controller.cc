@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/crash_point.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/indexes.h"
@@ -954,13 +955,19 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     own_workload = current.ok() && Label(*current, kComputeDomainLabel) == uid;
   }
   // 1. Workload template first: no new workload claims for this domain.
+  // Crash points (common/crash_point.h) between the steps let the e2e fault
+  // tests end the controller at each one and check that a successor
+  // finishes the cascade.
   if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, stop));
+  common::CrashPoint("cascade-after-workload-template");
   if (!options_.host_managed) {
     // 2. Daemons and their claim template.
     RETURN_IF_ERROR(DeleteOwned(Ds(), options_.driver_namespace, daemon_name, stop));
     RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, stop));
+    common::CrashPoint("cascade-after-daemonset");
     // 3. Node labels set by the kubelet plugin for this domain.
     RETURN_IF_ERROR(RemoveNodeLabels(uid, stop));
+    common::CrashPoint("cascade-after-node-labels");
   }
   // 4. Finalizers off, absence checked: workload template, then the daemon's.
   if (own_workload) RETURN_IF_ERROR(ReleaseOwned(Rct(), Namespace(cd), workload, stop));
@@ -973,6 +980,7 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
         RETURN_IF_ERROR(DeleteOwned(k8s::resources::kComputeDomainCliques, Namespace(clique), Name(clique), stop));
       }
     }
+    common::CrashPoint("cascade-after-cliques");
   }
   // 6. The domain itself.
   json finalizers = json::array();

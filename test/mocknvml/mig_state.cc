@@ -318,6 +318,7 @@ Status MigStateStore::Load() {
   RETURN_IF_ERROR(FillMissingGpus(state));
   cached_ = std::move(state);
   cached_fd_ = std::move(fd);
+  initial_in_memory_ = false;
   cached_id_ = FileId{st.st_dev, st.st_ino, st.st_size,
                       static_cast<long long>(st.st_mtim.tv_sec) * 1000000000LL +
                           st.st_mtim.tv_nsec};
@@ -374,6 +375,21 @@ Status MigStateStore::EnsureExists() {
 
 StatusOr<const MigState*> MigStateStore::Read() {
   std::optional<FileId> id = Stat();
+  if (!id && ::access(state_file_.parent_path().c_str(), W_OK) != 0 && errno == EROFS) {
+    // A read-only driver root (the chart mounts it so into the
+    // compute-domain plugin, which never changes MIG) cannot get a state
+    // file: reads see the profile's initial state until a process with a
+    // writable mount creates the file. Update still fails there.
+    if (cached_id_ || !initial_in_memory_) {
+      MigState initial;
+      RETURN_IF_ERROR(FillMissingGpus(initial));
+      cached_ = std::move(initial);
+      cached_id_.reset();
+      cached_fd_ = UniqueFd();
+      initial_in_memory_ = true;
+    }
+    return &cached_;
+  }
   if (!id) {
     RETURN_IF_ERROR(EnsureExists());
     id = Stat();

@@ -106,7 +106,8 @@ unsigned RemainingCapacity(const GpuInstanceProfile& profile, const GpuMigState&
 class MigStateStore {
  public:
   // `state_file` need not exist: the first read or mutation creates it from
-  // `profile`. `profile` must outlive the store.
+  // `profile` (on a read-only file system, reads use that state in memory).
+  // `profile` must outlive the store.
   MigStateStore(std::filesystem::path state_file, const Profile& profile);
 
   const std::filesystem::path& path() const { return state_file_; }
@@ -145,6 +146,9 @@ class MigStateStore {
   // later version of the file: equal (dev, ino) then means the same version.
   common::UniqueFd cached_fd_;
   MigState cached_;
+  // cached_ is the profile's initial state, kept in memory because the
+  // state file's folder is read-only and holds no file yet (see Read).
+  bool initial_in_memory_ = false;
 };
 
 }  // namespace nvdra::mocknvml

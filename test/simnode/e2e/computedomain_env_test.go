@@ -490,6 +490,15 @@ func (e *cdEnvironment) waitForCDSlices(ctx context.Context, t *testing.T, pods 
 		for node, pod := range pods {
 			t.Logf("plugin pod on %s: %s", node, pod)
 		}
+		if slices, lerr := e.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); lerr == nil {
+			for _, s := range slices.Items {
+				var names []string
+				for _, d := range s.Spec.Devices {
+					names = append(names, d.Name)
+				}
+				t.Logf("slice %s: driver %s, node %v, pool %s, devices %v", s.Name, s.Spec.Driver, ptrValue(s.Spec.NodeName), s.Spec.Pool.Name, names)
+			}
+		}
 		t.Fatalf("waiting for %s slices with channel-0 and daemon-0 on every node (have %v): %v", cdDriverName, devices, err)
 	}
 }
@@ -906,4 +915,11 @@ func (w *cliqueWatch) WaitFor(ctx context.Context, t *testing.T, clique, what st
 		case <-ch:
 		}
 	}
+}
+
+func ptrValue[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -13,6 +13,11 @@ package main
 //   cp/             the control plane started by run, with its logs in cp/logs
 //   <node>/         each node's folder: node.log (kubelet and runtime),
 //                   var/log/pods/<ns>_<pod>_<uid>/<container>/<n>.log (CRI logs)
+//
+// For ComputeDomains (scripts/demo): --simimex puts the simulated IMEX into
+// every driver root (make-driver-root reads NVDRA_SIMIMEX_DIR), and
+// --imex-node-files adds what a GB200 host with IMEX has beyond that (see
+// writeIMEXNodeFiles).
 
 import (
 	"bufio"
@@ -44,10 +49,11 @@ const readyFD = 3
 const envReadyFD = "SIMNODE_READY_FD"
 
 type upFlags struct {
-	dir, kubeconfig, profile, profiles, prefix, mockNVML string
-	nodes, verbosity                                    int
-	images                                              stringList
-	timeout                                             time.Duration
+	dir, kubeconfig, profile, profiles, prefix, mockNVML, simIMEX string
+	nodes, verbosity                                              int
+	imexNodeFiles                                                 bool
+	images                                                        stringList
+	timeout                                                       time.Duration
 }
 
 type stringList []string
@@ -117,8 +123,10 @@ func parseUpFlags(verb string, args []string) (*upFlags, error) {
 	fs.StringVar(&f.profiles, "profiles", "", "per-node profiles: NODE=PROFILE,... (overrides --profile)")
 	fs.StringVar(&f.prefix, "name-prefix", "sim-node-", "node name prefix")
 	fs.StringVar(&f.mockNVML, "mocknvml", os.Getenv(harness.EnvMockNVMLLibrary), "built mock libnvidia-ml.so.1 (GPU nodes; env "+harness.EnvMockNVMLLibrary+")")
+	fs.StringVar(&f.simIMEX, "simimex", os.Getenv(envSimIMEXDir), "folder with the built simulated nvidia-imex and nvidia-imex-ctl (<build>/test/simimex/bin), copied into every driver root (env "+envSimIMEXDir+")")
+	fs.BoolVar(&f.imexNodeFiles, "imex-node-files", false, "give every GPU node the fabric-imex-mgmt capability (minor 1) the compute-domain plugin needs, and IMEX channel placeholders in its /dev so that containers see their injected channel")
 	fs.IntVar(&f.verbosity, "v", 0, "kubelet verbosity")
-	fs.Var(&f.images, "image", "NAME=PROGRAM: containers of image NAME run PROGRAM (repeatable)")
+	fs.Var(&f.images, "image", "NAME=PROGRAM or NAME=FOLDER: containers of image NAME run PROGRAM, or the program their command names from FOLDER/bin (repeatable)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long start-up may take")
 	_ = fs.Parse(args)
 	if f.dir == "" {
@@ -226,6 +234,19 @@ func run(f *upFlags) (err error) {
 	if f.mockNVML != "" {
 		os.Setenv(harness.EnvMockNVMLLibrary, f.mockNVML)
 	}
+	if f.simIMEX != "" {
+		// Read by make-driver-root, which the harness runs per GPU node.
+		abs, err := filepath.Abs(f.simIMEX)
+		if err != nil {
+			return err
+		}
+		for _, bin := range []string{"nvidia-imex", "nvidia-imex-ctl"} {
+			if !fileExists(filepath.Join(abs, bin)) {
+				return fmt.Errorf("--simimex %s: no %s there (build targets simimex_nvidia_imex and simimex_nvidia_imex_ctl)", abs, bin)
+			}
+		}
+		os.Setenv(envSimIMEXDir, abs)
+	}
 	opts := harness.Options{Dir: f.dir, Nodes: f.nodes, NamePrefix: f.prefix, Simnode: self,
 		Verbosity: f.verbosity, PidDir: filepath.Join(f.dir, "pids"), Images: map[string]string{}}
 	if driver := filepath.Join(filepath.Dir(self), "simnode-test-driver"); fileExists(driver) {
@@ -268,6 +289,17 @@ func run(f *upFlags) (err error) {
 		return err
 	}
 	defer cluster.Stop()
+	if f.imexNodeFiles {
+		// Before any plugin runs: the nodes are up but no DaemonSet is.
+		for _, n := range cluster.Nodes {
+			if n.Config.GPUProfile == "" {
+				continue
+			}
+			if err := writeIMEXNodeFiles(n.Config.Dir, n.Config.DriverRoot()); err != nil {
+				return fmt.Errorf("node %s: %w", n.Config.Name, err)
+			}
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cluster.WaitReady(ctx) }()
@@ -290,6 +322,51 @@ func run(f *upFlags) (err error) {
 	report("ready")
 	sig := <-signals
 	fmt.Fprintf(os.Stderr, "simnode: %v, stopping\n", sig)
+	return nil
+}
+
+// envSimIMEXDir names the simulated IMEX folder for make-driver-root.
+const envSimIMEXDir = "NVDRA_SIMIMEX_DIR"
+
+const (
+	// fabricIMEXMgmtMinor is the capability's minor on real GB200 hosts.
+	fabricIMEXMgmtMinor = 1
+	// imexChannelPlaceholders covers the chart's default channel count
+	// (resources.computeDomains.imex.channelCount).
+	imexChannelPlaceholders = 128
+)
+
+// writeIMEXNodeFiles lays out, for one GPU node:
+//   - <driver root>/proc/driver/nvidia/capabilities/fabric-imex-mgmt in the
+//     kernel's format, which the compute-domain plugin and daemon parse
+//     (make-driver-root has none: not every GPU host has it; the e2e tests'
+//     layOutCDNodeFiles writes the same);
+//   - <node>/dev/nvidia-caps-imex-channels/channel<N> placeholders. A real
+//     runtime makes a channel's device node in the container from the CDI
+//     spec (fully specified: c <major>:<N>); the simulated runtime cannot
+//     mknod and binds a device node from the node's /dev instead, so only
+//     with these does a container see the channel its claim injected (a
+//     container without that claim gets none). Not in the driver root's
+//     dev/: the plugin would list those as host channels for every container.
+func writeIMEXNodeFiles(nodeDir, driverRoot string) error {
+	caps := filepath.Join(driverRoot, "proc", "driver", "nvidia", "capabilities")
+	if err := os.MkdirAll(caps, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(caps, "fabric-imex-mgmt"),
+		[]byte(fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", fabricIMEXMgmtMinor)), 0o644); err != nil {
+		return err
+	}
+	channels := filepath.Join(nodeDir, "dev", "nvidia-caps-imex-channels")
+	if err := os.MkdirAll(channels, 0o755); err != nil {
+		return err
+	}
+	for i := 0; i < imexChannelPlaceholders; i++ {
+		if err := os.WriteFile(filepath.Join(channels, fmt.Sprintf("channel%d", i)),
+			[]byte("simnode placeholder for an IMEX channel device node\n"), 0o666); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

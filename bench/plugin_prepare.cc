@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   std::string json_out;
   std::vector<std::string> plugin_args;
   bool keep = false;
+  std::string smaps_dir;
   app.add_option("--cycles", cycles, "prepare + unprepare pairs to time")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "100 cycles (a smoke run)");
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
@@ -179,6 +180,9 @@ int main(int argc, char** argv) {
   app.add_option("--plugin-arg", plugin_args,
                  "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");
   app.add_flag("--keep", keep, "keep the node folder (plugin.log, checkpoint, CDI specs)");
+  app.add_option("--smaps-dir", smaps_dir,
+                 "copy the plugin's /proc/<pid>/smaps there as idle.smaps and end.smaps (per-mapping breakdown; "
+                 "bench/smaps_summary.py sums it per file)");
   CLI11_PARSE(app, argc, argv);
   if (quick) cycles = 100;
 
@@ -229,6 +233,11 @@ int main(int argc, char** argv) {
     json m = {{"label", label}, {"cycles", done}};
     for (const auto& [key, value] : ReadMemory(process.pid())) m[key] = value;
     memory.push_back(m);
+    if (!smaps_dir.empty() && (label == "idle" || label == "end")) {
+      std::ofstream f(fs::path(smaps_dir) / (label + ".smaps"), std::ios::trunc);
+      f << ReadFile("/proc/" + std::to_string(process.pid()) + "/smaps");
+      if (!f) std::cerr << "cannot write " << smaps_dir << "/" << label << ".smaps\n";
+    }
   };
   sample("idle", 0);
 

@@ -11,6 +11,7 @@ two files, the second file's totals and the change. plugin-prepare-bench
 """
 import collections
 import os
+import signal
 import sys
 
 
@@ -45,6 +46,7 @@ def parse(path):
 
 
 def main(argv):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
     if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2

@@ -9,6 +9,9 @@ Inputs (in the raw directory given as argv[1]):
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
                              entry, Ready entry to the waiting channel claim prepared (JSON lines)
+  cd_scale.jsonl             test/simnode TestComputeDomainScaleBench: a ComputeDomain workload on N
+                             simulated nodes, submission to prepared/Running/Ready and API requests
+                             (JSON lines {"bench":"cd_scale","nodes","name","value","unit"})
 
 A Google Benchmark may name a peer for a figure with a user counter called
 "peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
@@ -141,6 +144,23 @@ def cd_e2e(path, results):
                             "unit": "ms", "better": "lower"})
 
 
+def cd_scale(path, results):
+    """test/simnode TestComputeDomainScaleBench (SIMNODE_CD_SCALE_OUT): one JSON line per figure and node
+    count; cd_scale.<N>.<name>, the median where a size ran more than once."""
+    figures, units = {}, {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                item = json.loads(line)
+                key = (item["nodes"], item["name"])
+                figures.setdefault(key, []).append(item["value"])
+                units[key] = item["unit"]
+    for (nodes, name), values in sorted(figures.items()):
+        results.append({"name": f"cd_scale.{nodes}.{name}", "value": round(statistics.median(values), 3),
+                        "unit": units[(nodes, name)], "better": "lower"})
+
+
 def main():
     raw, out = sys.argv[1], sys.argv[2]
     results = []
@@ -156,6 +176,8 @@ def main():
             collect(os.path.join(raw, entry), results)
     if os.path.exists(os.path.join(raw, "cd_e2e.jsonl")):
         cd_e2e(os.path.join(raw, "cd_e2e.jsonl"), results)
+    if os.path.exists(os.path.join(raw, "cd_scale.jsonl")):
+        cd_scale(os.path.join(raw, "cd_scale.jsonl"), results)
     if os.path.exists(os.path.join(raw, "simnode_scale.json")):
         simnode_scale(os.path.join(raw, "simnode_scale.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")

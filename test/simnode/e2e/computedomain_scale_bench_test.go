@@ -211,7 +211,7 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 		workers[node] = name
 	}
 	r.Submitted = time.Since(t0)
-	done := rec.wait(ctx, t, cd)
+	done := rec.wait(ctx, t, cd, t0)
 	r.Window = done.Sub(t0)
 	metricsAfter := apiServerRequests(ctx, t, client)
 	r.Metrics = map[string]float64{}
@@ -530,7 +530,7 @@ func lastOf(times map[string]time.Time) time.Time {
 // wait waits, on the informers' events, until every worker runs, every
 // daemon pod is Ready and the domain is Ready with n nodes; returns the
 // moment the last of these was seen.
-func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDomain) time.Time {
+func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDomain, t0 time.Time) time.Time {
 	t.Helper()
 	rec.note(func() { rec.cdUID = string(cd.uid) }) // its label may come before the informer's event
 	for {
@@ -549,6 +549,10 @@ func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDom
 		}
 		select {
 		case <-ctx.Done():
+			for _, st := range rec.stageFigures(t0) {
+				t.Logf("stage %-18s reached on %d of %d nodes, median %.2f s, last %.2f s from the submission",
+					st.Stage, st.Nodes, rec.n, st.P50.Seconds(), st.Last.Seconds())
+			}
 			t.Fatalf("domain %s/%s on %d nodes: %d workers Running, %d daemons Ready, domain status %q with %d nodes: %v",
 				cd.namespace, cd.name, rec.n, running, ready, status.Status, len(status.Nodes), ctx.Err())
 		case <-ch:

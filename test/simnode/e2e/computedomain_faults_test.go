@@ -55,9 +55,10 @@ var cdCascadeCrashPoints = []string{
 //     daemon there retry and are refused). A worker on S joins meanwhile:
 //     the domain turns Ready on 4 nodes with P's entry as it was (our
 //     controller takes status from the cliques, and P's daemon cannot
-//     write; nvidia-imex does not use the API). P's daemon has not seen
-//     the join; after Heal it catches up: its /etc/hosts maps S's index to
-//     S's daemon.
+//     write; nvidia-imex does not use the API). It stays so once the node
+//     controller marks P's Node Ready=Unknown (50 s), the daemon pod stays.
+//     P's daemon has not seen the join; after Heal it catches up: its
+//     /etc/hosts maps S's index to S's daemon; Node and daemon pod Ready.
 //  3. SIGKILL P's daemon container: it restarts, turns Ready again with
 //     the same index, the domain Ready; workers keep their containers.
 //  4. S's worker leaves; the controller's node is partitioned and a new
@@ -75,7 +76,7 @@ var cdCascadeCrashPoints = []string{
 //     cascade and nothing is left (DaemonSet, claim templates, cliques,
 //     node labels, daemon pods, finalizer). SIMNODE_CD_CASCADE_CRASH_POINTS
 //     narrows them (comma-separated, "-" for none).
-// Convergence times are logged, not asserted. About 3 minutes.
+// Convergence times are logged, not asserted. About 4 minutes.
 func TestComputeDomainFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -155,6 +156,26 @@ func TestComputeDomainFaults(t *testing.T) {
 		}
 		indexes[spare] = *spareEntry.Index
 
+		// Long enough for the node controller to give P up (Ready Unknown
+		// after its 50 s grace; pods there marked not Ready). Our
+		// controller takes the domain's status from the cliques, so the
+		// domain stays Ready and P keeps its entry and index; the daemon
+		// pod tolerates the unreachable taint and stays.
+		n := waitForNode(ctx, t, c.Client, partitioned, func(n *corev1.Node) bool {
+			cond := nodeCondition(n, corev1.NodeReady)
+			return cond != nil && cond.Status != corev1.ConditionTrue
+		})
+		t.Logf("%s Ready=%s %.1f s after the partition", partitioned, nodeCondition(n, corev1.NodeReady).Status, time.Since(partitionedAt).Seconds())
+		u, err := c.Dyn.Resource(cdGVR).Namespace(cd.namespace).Get(ctx, cd.name, metav1.GetOptions{})
+		must(t, "ComputeDomain", err)
+		if now := parseCDStatus(u); now.Status != "Ready" || len(now.Nodes) != len(all) || now.Nodes[partitioned].Status != "Ready" {
+			t.Errorf("domain while %s is unreachable: %s %v, want Ready on %v (status from the cliques)", partitioned, now.Status, now.Nodes, all)
+		} else {
+			checkIndexesKept(t, indexes, now)
+		}
+		if p, err := c.Client.CoreV1().Pods(c.Namespace).Get(ctx, before.Name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Errorf("daemon pod %s on the unreachable node: %v (deleting: %v)", before.Name, err, p != nil && p.DeletionTimestamp != nil)
+		}
 		// The partition hid the join from P's daemon.
 		if mapped := hostsMaps(t, c, partitioned, before, spareEntry.IPAddress, *spareEntry.Index); mapped {
 			t.Errorf("the daemon on %s mapped %s while partitioned", partitioned, spare)
@@ -170,6 +191,12 @@ func TestComputeDomainFaults(t *testing.T) {
 		if restarts(after) != restarts(before) {
 			t.Errorf("daemon on %s restarted across the partition (%d -> %d)", partitioned, restarts(before), restarts(after))
 		}
+		waitForNode(ctx, t, c.Client, partitioned, func(n *corev1.Node) bool {
+			cond := nodeCondition(n, corev1.NodeReady)
+			return cond != nil && cond.Status == corev1.ConditionTrue
+		})
+		waitForPodIn(ctx, t, c.Client, c.Namespace, before.Name, podReady)
+		t.Logf("%s Ready and its daemon pod Ready %.1f s after the heal", partitioned, time.Since(healedAt).Seconds())
 		checkIndexesKept(t, indexes, c.WaitForCDReady(ctx, t, cd, all))
 	})
 

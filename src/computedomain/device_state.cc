@@ -266,7 +266,32 @@ Status CdDeviceState::UnprepareDevices(const std::string& claim_uid, const kubel
       }
     }
   }
-  return cdi_.RemoveClaimSpec(claim_uid);
+  RETURN_IF_ERROR(cdi_.RemoveClaimSpec(claim_uid));
+  RemoveStaleDomainDirs();
+  return common::OkStatus();
+}
+
+void CdDeviceState::RemoveStaleDomainDirs() {
+  if (options_.host_managed) return;  // no daemon claims, no folders
+  std::lock_guard<std::mutex> lock(dirs_mu_);
+  std::error_code ec;
+  fs::directory_iterator it(options_.domains_dir, ec);
+  if (ec) return;  // none yet, or unreadable: nothing this sweep can do
+  std::vector<fs::path> stale;
+  for (const fs::directory_entry& entry : it) {
+    if (!entry.is_directory(ec)) continue;
+    const std::string uid = entry.path().filename().string();
+    std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(uid);
+    if (!cd || cd->deletion_timestamp()) stale.push_back(entry.path());
+  }
+  for (const fs::path& dir : stale) {
+    fs::remove_all(dir, ec);
+    if (ec) {
+      LOG_ERROR("cannot remove the folder of a deleted ComputeDomain", {{"path", dir.string()}, {"err", ec.message()}});
+    } else {
+      LOG_INFO(2, "removed the folder of a deleted ComputeDomain", {{"path", dir.string()}});
+    }
+  }
 }
 
 bool CdDeviceState::AwaitRetry(const ordered_json& claim, const Status& failure,

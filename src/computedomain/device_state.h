@@ -32,8 +32,11 @@
 //    and with a clique id the fabric-imex-mgmt capability device; the CDI ids
 //    are the base spec's "all" device and the claim device.
 //  Unprepare: a channel claim's node label is removed if it still names the
-//    claim's domain; the claim spec is removed; daemon folders stay (upstream
-//    reclaims them with a periodic sweep, not done here yet).
+//    claim's domain; the claim spec is removed; then (driverManaged) the
+//    domains/<cdUID>/ folders of ComputeDomains that are gone or being
+//    deleted are removed (RemoveStaleDomainDirs). A live domain's folder
+//    stays when its daemon leaves the node, as upstream keeps it: a new
+//    daemon pod of the domain may be preparing it at the same time.
 // A ComputeDomain not (yet) in the informer cache is kUnavailable as well
 // (upstream fails at once): a claim racing its domain's creation waits for it.
 //
@@ -43,8 +46,8 @@
 //
 // Ownership: borrows the client, the watch and the CDI writer, which must
 // outlive it. Thread-safety: PrepareDevices/UnprepareDevices are called one at
-// a time (the ClaimPreparer's lock); AwaitRetry, set_clique_id and clique_id
-// are thread-safe.
+// a time (the ClaimPreparer's lock); AwaitRetry, set_clique_id, clique_id and
+// RemoveStaleDomainDirs are thread-safe.
 
 #include <chrono>
 #include <filesystem>
@@ -116,6 +119,15 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // off it. A claim the kubelet prepares again labels the node again.
   common::Status RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint);
 
+  // driverManaged (no-op otherwise): removes the domains/<cdUID>/ folders
+  // whose ComputeDomain is not in the watch's cache or is being deleted.
+  // Upstream sweeps them every 10 minutes; the plugin calls this at start-up,
+  // after every Unprepare and on every ComputeDomain delete event, so a
+  // deleted domain leaves none. A folder still bind-mounted into a daemon of
+  // a deleted domain goes too: that daemon is being stopped. Errors are
+  // logged; nothing depends on them.
+  void RemoveStaleDomainDirs();
+
   // Names of the devices this node publishes: channel-0 (channel isolation:
   // channel-0..channel-<channel_count-1>) and, unless hostManaged, daemon-0.
   std::vector<std::string> PublishedDeviceNames() const;
@@ -132,6 +144,7 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   DomainWatch& watch_;
   const CdCdi& cdi_;
   mutable std::mutex clique_mu_;  // guards clique_id_
+  std::mutex dirs_mu_;            // one RemoveStaleDomainDirs at a time
   std::string clique_id_;
 };
 

@@ -80,6 +80,12 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
   domain_options.indexers = IndexersWithUid();
   watch->domains_ = std::make_unique<k8s::cache::Informer>(std::move(domains), domain_options);
   watch->domains_->AddEventHandler(notify);
+  watch->domains_->AddEventHandler(k8s::cache::EventHandler{
+      .on_add = nullptr,
+      .on_update = nullptr,
+      .on_delete = [self](const k8s::cache::ObjectPtr&) { self->DomainDeleted(); },
+      .needs_old_object = false,
+  });
   watch->domains_->Start();
 
   if (watch->options_.cliques_enabled && cliques) {
@@ -98,6 +104,16 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
                     watch->cliques_ ? " and ComputeDomainClique" : "", watch->options_.sync_timeout.count()));
   }
   return watch;
+}
+
+void DomainWatch::SetDomainDeletedHandler(std::function<void()> handler) {
+  std::lock_guard<std::mutex> lock(handler_mu_);
+  deleted_handler_ = std::move(handler);
+}
+
+void DomainWatch::DomainDeleted() {
+  std::lock_guard<std::mutex> lock(handler_mu_);
+  if (deleted_handler_) deleted_handler_();
 }
 
 void DomainWatch::Notify() {

@@ -68,11 +68,21 @@ class DomainWatch {
   // Ends every current and future WaitFor. Idempotent.
   void Cancel();
 
+  // Calls `handler` on the informer's dispatch thread after a ComputeDomain
+  // was deleted (the cache no longer holds it). Replaces an earlier handler;
+  // an empty one removes it, returning after a call in progress finished.
+  // `handler` must be quick and must not call back into this method.
+  void SetDomainDeletedHandler(std::function<void()> handler);
+
  private:
   explicit DomainWatch(DomainWatchOptions options);
   void Notify();
 
+  void DomainDeleted();
+
   const DomainWatchOptions options_;
+  std::mutex handler_mu_;  // guards deleted_handler_ and its calls
+  std::function<void()> deleted_handler_;
   std::mutex mu_;  // guards cancelled_; pairs with changed_
   std::condition_variable changed_;
   bool cancelled_ = false;

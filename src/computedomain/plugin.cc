@@ -99,6 +99,7 @@ ComputeDomainKubeletPlugin::~ComputeDomainKubeletPlugin() {
   parts_->server.reset();
   parts_->preparer.reset();
   parts_->publisher.reset();
+  if (parts_->watch) parts_->watch->SetDomainDeletedHandler(nullptr);
   parts_->device_state.reset();
   parts_->watch.reset();
   if (parts_->clique_label) {
@@ -166,6 +167,9 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   state_options.imex_ctl_path = environment.imex_ctl_path;
   parts->device_state = std::make_unique<CdDeviceState>(std::move(state_options), clique_id, *parts->client,
                                                         *parts->watch, *parts->cdi);
+  // A deleted domain's folders go at once (its daemons' Unprepare may have
+  // come while it still existed: the workload left first).
+  parts->watch->SetDomainDeletedHandler([state = parts->device_state.get()] { state->RemoveStaleDomainDirs(); });
 
   ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
   ASSIGN_OR_RETURN(parts->preparer, kubeletplugin::ClaimPreparer::Create(
@@ -200,6 +204,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
     if (Status s = parts->device_state->RemoveUnusedNodeLabel(*checkpoint); !s.ok()) {
       LOG_ERROR("cannot remove the node's unused ComputeDomain label", {{"err", s}});
     }
+    parts->device_state->RemoveStaleDomainDirs();
   };
   ASSIGN_OR_RETURN(parts->server, kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir,
                                                                     *parts->preparer, release_unused_label));

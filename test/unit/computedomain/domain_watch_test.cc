@@ -1,6 +1,7 @@
 // DomainWatch over scripted list-watches (no API server): lookup by UID,
 // readiness from the clique entry or the ComputeDomain's status.nodes, and
-// WaitFor woken by a watch event rather than a timer; Cancel ends waits.
+// WaitFor woken by a watch event rather than a timer; Cancel ends waits; the
+// deleted-domain handler.
 
 #include "computedomain/domain_watch.h"
 
@@ -121,6 +122,24 @@ TEST_F(DomainWatchTest, WaitForADomainThatAppearsLater) {
   stream->Push(WatchEventType::kAdded, Domain("late", "2"));
   ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
   EXPECT_TRUE(waiting.get());
+}
+
+TEST_F(DomainWatchTest, DeletedHandlerRunsWhenTheDomainIsGone) {
+  domains_.QueueList({Domain("u1", "5"), Domain("u2", "6")}, "6");
+  cliques_.QueueList({}, "1");
+  Start();
+  std::promise<bool> called;
+  watch_->SetDomainDeletedHandler([&] { called.set_value(!watch_->FindByUid("u1").has_value()); });
+  auto stream = domains_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  stream->Push(WatchEventType::kModified, Domain("u2", "7"));  // no call for an update
+  stream->Push(WatchEventType::kDeleted, Domain("u1", "8"));
+  std::future<bool> result = called.get_future();
+  ASSERT_EQ(result.wait_for(kTestTimeout), std::future_status::ready);
+  EXPECT_TRUE(result.get()) << "the cache no longer holds the domain when the handler runs";
+  watch_->SetDomainDeletedHandler(nullptr);  // a later delete calls nothing
+  stream->Push(WatchEventType::kDeleted, Domain("u2", "9"));
+  EXPECT_TRUE(watch_->WaitFor([&] { return !watch_->FindByUid("u2").has_value(); }, Clock::now() + kTestTimeout));
 }
 
 TEST_F(DomainWatchTest, DeadlinePassesAndCancelEndsWaits) {

@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -513,4 +514,110 @@ func untilWithStore(ctx context.Context, lw cache.ListerWatcher, obj runtime.Obj
 		return cond(store)
 	})
 	return store, err
+}
+
+// Kubectl runs kubectl against the cluster and returns its output (stdout
+// and stderr); a failure fails the test.
+func (c *cdCluster) Kubectl(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := c.kubectl(ctx, args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (c *cdCluster) kubectl(ctx context.Context, args ...string) (string, error) {
+	bin, err := harness.DefaultBinary("kubectl")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Env.cp.Kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// podClaim is one ResourceClaim a pod got, where it was prepared.
+type podClaim struct {
+	Namespace, Name, UID, Node string
+}
+
+// ClaimsOfPods returns the ResourceClaims the pods got (their status'
+// claim names), with their UIDs and the pods' nodes: what must be
+// unprepared on those nodes once the pods are gone.
+func (c *cdCluster) ClaimsOfPods(ctx context.Context, t *testing.T, pods ...*corev1.Pod) []podClaim {
+	t.Helper()
+	var out []podClaim
+	for _, p := range pods {
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName == nil {
+				continue
+			}
+			claim, err := c.Client.ResourceV1().ResourceClaims(p.Namespace).Get(ctx, *s.ResourceClaimName, metav1.GetOptions{})
+			must(t, "claim "+*s.ResourceClaimName, err)
+			out = append(out, podClaim{Namespace: p.Namespace, Name: claim.Name, UID: string(claim.UID), Node: p.Spec.NodeName})
+		}
+	}
+	return out
+}
+
+// CheckCDCleanedUp checks that nothing of a deleted domain is left: call it
+// once DeleteComputeDomain returned and the domain's workload pods were
+// deleted. At once (the cascade finishes before the finalizer goes): the
+// DaemonSet and the daemon claim template in the driver namespace, the
+// workload claim template, the domain's label on every node. Then, waiting
+// on watches and file events: the daemon pods, the domain's cliques (a
+// daemon that stops after the cascade must not bring one back), and on each
+// node of claims (the workers' and daemons' claims, from ClaimsOfPods
+// taken while they ran) the claim's CDI spec, its checkpoint entry and the
+// domain's folder of the plugin.
+func (c *cdCluster) CheckCDCleanedUp(ctx context.Context, t *testing.T, cd *computeDomain, claims []podClaim) {
+	t.Helper()
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := c.Client.AppsV1().DaemonSets(c.Namespace).Get(ctx, cd.daemonSetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("DaemonSet %s left after the domain was deleted (get: %v)", cd.daemonSetName(), err)
+	}
+	if _, err := c.Client.ResourceV1().ResourceClaimTemplates(c.Namespace).Get(ctx, cd.daemonSetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("daemon claim template %s left (get: %v)", cd.daemonSetName(), err)
+	}
+	if _, err := c.Client.ResourceV1().ResourceClaimTemplates(cd.namespace).Get(ctx, cd.channelTemplate, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("workload claim template %s/%s left (get: %v)", cd.namespace, cd.channelTemplate, err)
+	}
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: cdLabelKey + "=" + string(cd.uid)})
+	must(t, "nodes", err)
+	for _, n := range nodes.Items {
+		t.Errorf("node %s keeps %s=%s after the domain was deleted", n.Name, cdLabelKey, cd.uid)
+	}
+	selector := cdLabelKey + "=" + string(cd.uid)
+	_, err = untilWithStore(waitCtx, podListWatch(c.Client, c.Namespace, selector), &corev1.Pod{}, func(s cache.Store) (bool, error) {
+		return len(s.List()) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("daemon pods of %s/%s left: %v", cd.namespace, cd.name, err)
+	}
+	if left := c.Cliques(ctx, t, cd); len(left) != 0 {
+		t.Errorf("cliques of %s/%s left after its daemons stopped: %v", cd.namespace, cd.name, left)
+	}
+	domainDirs := map[string]bool{}
+	for _, claim := range claims {
+		n := c.node(t, claim.Node)
+		if err := waitForFileGone(waitCtx, cdClaimSpecPath(n, claim.UID)); err != nil {
+			t.Errorf("claim %s/%s: CDI spec left on %s: %v", claim.Namespace, claim.Name, claim.Node, err)
+		}
+		path := filepath.Join(n.Config.Dir, pluginsDir, cdDriverName, "checkpoint.json")
+		var state string
+		if err := waitForFile(waitCtx, path, func([]byte) bool {
+			state = cdCheckpointState(t, n, claim.UID)
+			return state == ""
+		}); err != nil {
+			t.Errorf("claim %s/%s: checkpoint entry left on %s (%q): %v", claim.Namespace, claim.Name, claim.Node, state, err)
+		}
+		domainDirs[claim.Node] = true
+	}
+	for node := range domainDirs {
+		dir := filepath.Join(c.node(t, node).Config.Dir, cdPluginDomainsPath, string(cd.uid))
+		if err := waitForFileGone(waitCtx, dir); err != nil {
+			t.Errorf("node %s: the domain's folder %s left: %v", node, dir, err)
+		}
+	}
 }

@@ -218,14 +218,22 @@ func startCDEnvironment(ctx context.Context, t *testing.T, fabricNodes int, plai
 }
 
 // layOutCDNodeFiles writes what a GB200 host has beyond make-driver-root's
-// layout (the fabric-imex-mgmt capability file) and the folder standing for
-// the image's /templates.
+// layout (the fabric-imex-mgmt capability file, the IMEX channel0 device
+// node) and the folder standing for the image's /templates.
 func layOutCDNodeFiles(t *testing.T, n *harness.Node, template []byte) {
 	t.Helper()
 	caps := filepath.Join(n.Config.DriverRoot(), "proc", "driver", "nvidia", "capabilities")
 	must(t, "capabilities folder", os.MkdirAll(caps, 0o755))
 	must(t, "fabric-imex-mgmt", os.WriteFile(filepath.Join(caps, "fabric-imex-mgmt"),
 		[]byte(fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", imexCapMinor)), 0o644))
+	// The IMEX channel0 device node the driver creates on the host
+	// (NVreg_CreateImexChannel0): a placeholder, as make-driver-root's
+	// /dev/nvidia<N>, which the simulated runtime binds into a container
+	// whose CDI spec names /dev/nvidia-caps-imex-channels/channel0, so the
+	// workload sees the device there.
+	channels := filepath.Join(n.Config.Dir, "dev", "nvidia-caps-imex-channels")
+	must(t, "channels folder", os.MkdirAll(channels, 0o755))
+	must(t, "channel0", os.WriteFile(filepath.Join(channels, "channel0"), []byte("mock IMEX channel placeholder\n"), 0o666))
 	dir := filepath.Join(n.Config.Dir, cdTemplatesHostPath)
 	must(t, "templates folder", os.MkdirAll(dir, 0o755))
 	must(t, "template", os.WriteFile(filepath.Join(dir, cdTemplateFile), template, 0o644))

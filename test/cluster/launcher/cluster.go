@@ -277,6 +277,12 @@ func (c *cluster) apiServerArgs() []string {
 		// Service; clients in this cluster are given the address directly.
 		"--endpoint-reconciler-type=none",
 		"--runtime-config=" + runtimeConfig,
+		// Close open watches within 3 s of a SIGTERM. With the default (0)
+		// the server does not end them, and its HTTP server's shutdown then
+		// waits for them: restartAPIServer's stop ran into its 30 s grace
+		// and SIGKILL whenever a client held a watch (33 s away instead of
+		// 7 s, measured).
+		"--shutdown-watch-termination-grace-period=3s",
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",

@@ -268,6 +268,7 @@ func (n *Node) stop(kill bool) {
 		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
 		<-n.exited
 	}
+	n.killLeftovers() // see leftovers.go
 }
 
 // Client is an admin client of the cluster the nodes joined.

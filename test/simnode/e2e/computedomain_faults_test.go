@@ -76,7 +76,7 @@ var cdCascadeCrashPoints = []string{
 //     cascade and nothing is left (DaemonSet, claim templates, cliques,
 //     node labels, daemon pods, finalizer). SIMNODE_CD_CASCADE_CRASH_POINTS
 //     narrows them (comma-separated, "-" for none).
-// Convergence times are logged, not asserted. About 4 minutes.
+// Convergence times are logged, not asserted. About 2.5 minutes.
 func TestComputeDomainFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

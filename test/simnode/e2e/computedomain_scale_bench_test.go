@@ -142,6 +142,11 @@ type auditCounts struct {
 	byClient map[string]int
 	byVerb   map[string]map[string]int // client -> "verb resource" -> count
 	nodes    map[string]bool           // nodes seen in node-side requests
+	// latency holds the server-side durations (received to answered) of
+	// completed non-watch requests by client and "verb resource"; failed
+	// counts the answers >= 400 by client and "verb resource code".
+	latency map[string]map[string][]time.Duration
+	failed  map[string]map[string]int
 }
 
 func (a auditCounts) total() int {
@@ -645,6 +650,11 @@ type auditEvent struct {
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	Stage           string    `json:"stage"`
+	StageTimestamp  time.Time `json:"stageTimestamp"`
+	ResponseStatus  *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 }
 
 // auditClient names the client group of a request: kubelet, cd-plugin,
@@ -699,15 +709,33 @@ func countAudit(t *testing.T, path string, from, to time.Time) auditCounts {
 		t.Fatalf("the API server's audit log (%s=1 was set for the control plane): %v", harness.EnvAuditLog, err)
 	}
 	defer f.Close()
-	counts := auditCounts{byClient: map[string]int{}, byVerb: map[string]map[string]int{}, nodes: map[string]bool{}}
+	counts := auditCounts{byClient: map[string]int{}, byVerb: map[string]map[string]int{}, nodes: map[string]bool{},
+		latency: map[string]map[string][]time.Duration{}, failed: map[string]map[string]int{}}
 	seen := map[string]bool{}
+	complete := map[string]bool{}
 	rd := bufio.NewReaderSize(f, 1<<20)
 	for {
 		line, err := rd.ReadBytes('\n')
 		if len(line) > 0 {
 			var e auditEvent
-			if json.Unmarshal(line, &e) == nil && !seen[e.AuditID] &&
-				!e.RequestReceived.Before(from) && !e.RequestReceived.After(to) {
+			inWindow := json.Unmarshal(line, &e) == nil && !e.RequestReceived.Before(from) && !e.RequestReceived.After(to)
+			if inWindow && e.Stage == "ResponseComplete" && e.Verb != "watch" && !complete[e.AuditID] {
+				complete[e.AuditID] = true
+				client, _ := auditClient(&e)
+				what := e.Verb
+				if e.ObjectRef != nil {
+					what += " " + e.ObjectRef.Resource
+				}
+				if counts.latency[client] == nil {
+					counts.latency[client] = map[string][]time.Duration{}
+					counts.failed[client] = map[string]int{}
+				}
+				counts.latency[client][what] = append(counts.latency[client][what], e.StageTimestamp.Sub(e.RequestReceived))
+				if e.ResponseStatus != nil && e.ResponseStatus.Code >= 400 {
+					counts.failed[client][fmt.Sprintf("%s %d", what, e.ResponseStatus.Code)]++
+				}
+			}
+			if inWindow && !seen[e.AuditID] {
 				seen[e.AuditID] = true
 				client, node := auditClient(&e)
 				counts.byClient[client]++
@@ -765,6 +793,22 @@ func (r cdScaleResult) print() {
 	fmt.Println()
 	for _, c := range clients {
 		fmt.Printf("  - %-24s %s\n", c, topCounts(r.Audit.byVerb[c], 8))
+		var lat []string
+		for what, ds := range r.Audit.latency[c] {
+			if strings.HasPrefix(what, "get ") || strings.HasPrefix(what, "list ") {
+				continue
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			lat = append(lat, fmt.Sprintf("%s p50 %.0f ms max %.0f ms", what,
+				float64(ds[(len(ds)-1)/2].Microseconds())/1000, float64(ds[len(ds)-1].Microseconds())/1000))
+		}
+		sort.Strings(lat)
+		if len(lat) > 0 {
+			fmt.Printf("  ~ %-24s server time of writes: %s\n", c, strings.Join(lat, "; "))
+		}
+		if len(r.Audit.failed[c]) > 0 {
+			fmt.Printf("  ~ %-24s failed answers: %s\n", c, topCounts(r.Audit.failed[c], 6))
+		}
 	}
 	var metricsTotal float64
 	asInt := map[string]int{}

@@ -42,7 +42,7 @@ func TestDRAPathOnSimulatedNodes(t *testing.T) {
 	client := env.nodes.Client()
 
 	createTestDriver(ctx, t, client)
-	waitForSlices(ctx, t, client, numNodes)
+	waitForDriverSlices(ctx, t, client, driverName, numNodes)
 
 	pod, claim := createPodWithClaim(ctx, t, client)
 	pod = waitForPod(ctx, t, client, pod.Name, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })

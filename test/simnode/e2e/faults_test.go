@@ -42,7 +42,7 @@ func TestFaults(t *testing.T) {
 	client := env.nodes.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	createTestDriver(ctx, t, client)
-	waitForSlices(ctx, t, client, 3)
+	waitForDriverSlices(ctx, t, client, driverName, 3)
 	cancel()
 	name := func(i int) string { return env.nodes.Nodes[i].Config.Name }
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -39,34 +38,6 @@ func create[T runtime.Object](ctx context.Context, c creator[T], obj T) error {
 // until watches objects from lw until cond holds for one of them.
 func until(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, cond func(watch.Event) (bool, error)) (*watch.Event, error) {
 	return watchtools.UntilWithSync(ctx, lw, obj, nil, cond)
-}
-
-func waitForSlices(ctx context.Context, t *testing.T, client kubernetes.Interface, nodes int) {
-	t.Helper()
-	seen := map[string]bool{}
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return client.ResourceV1().ResourceSlices().List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return client.ResourceV1().ResourceSlices().Watch(ctx, o)
-		},
-	}
-	_, err := until(ctx, lw, &resourceapi.ResourceSlice{}, func(e watch.Event) (bool, error) {
-		if s, ok := e.Object.(*resourceapi.ResourceSlice); ok && s.Spec.Driver == driverName && s.Spec.NodeName != nil {
-			seen[*s.Spec.NodeName] = e.Type != watch.Deleted
-		}
-		count := 0
-		for _, present := range seen {
-			if present {
-				count++
-			}
-		}
-		return count == nodes, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for slices of %s on %d nodes (seen %v): %v", driverName, nodes, seen, err)
-	}
 }
 
 func waitForPod(ctx context.Context, t *testing.T, client kubernetes.Interface, name string, cond func(*corev1.Pod) bool) *corev1.Pod {

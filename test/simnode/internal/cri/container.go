@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,6 +57,7 @@ type container struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // guarded by mu; nil until started
 	exited chan struct{} // closed when the process has been reaped
+	ready  chan struct{} // closed when container-init has exec'd the program (or died)
 }
 
 // newContainer resolves the container's CDI devices, records its view and
@@ -79,6 +83,7 @@ func (r *Runtime) newContainer(id, sandboxID string, sandbox *runtimeapi.PodSand
 		dir:       filepath.Join(r.opts.ContainersDir, id),
 		view:      view,
 		exited:    make(chan struct{}),
+		ready:     make(chan struct{}),
 	}
 	if sandbox.GetLogDirectory() != "" && config.GetLogPath() != "" {
 		c.logPath = filepath.Join(sandbox.GetLogDirectory(), config.GetLogPath())
@@ -299,7 +304,9 @@ func (c *container) start(sp *proc.Spawner, self string, onExit func(id string, 
 	if !c.runs {
 		return nil
 	}
-	specPath, err := c.writeSpec("init.json", c.spec)
+	spec := c.spec
+	spec.ReadyFD = 3 // the first of cmd.ExtraFiles
+	specPath, err := c.writeSpec("init.json", spec)
 	if err != nil {
 		return err
 	}
@@ -319,17 +326,32 @@ func (c *container) start(sp *proc.Spawner, self string, onExit func(id string, 
 		outW.Close()
 		return err
 	}
+	// container-init marks readyW close-on-exec: readyR sees EOF once the
+	// program runs in the finished root, or once init failed.
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		logw.close()
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return err
+	}
 	cmd := exec.Command(self, InitCommand, specPath)
 	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.ExtraFiles = []*os.File{readyW}
 	err = sp.Start(cmd, true)
 	outW.Close()
 	errW.Close()
+	readyW.Close()
 	if err != nil {
 		logw.close()
 		outR.Close()
 		errR.Close()
+		readyR.Close()
 		return err
 	}
+	go func() { _, _ = io.Copy(io.Discard, readyR); readyR.Close(); close(c.ready) }()
 	c.mu.Lock()
 	c.cmd = cmd
 	c.mu.Unlock()
@@ -398,14 +420,81 @@ func (c *container) remove() {
 	}
 }
 
-// execSync runs cmd in a fresh mount namespace built like the container's, so
-// it sees the same files (volumes, devices, its program).
+// execSync runs cmd in the container as `runc exec` does: in the mount
+// namespace, root and environment of the container's running process, with
+// the container's working folder. Joining costs one small process (nsenter)
+// where building the container's mounts again cost a Go process and a mount
+// per volume; every IMEX daemon pod runs a startup probe each second. A
+// container with nothing running (plan: "runs until deleted") has no
+// namespace to join: its exec gets a fresh one built like the container's.
 func (c *container) execSync(ctx context.Context, sp *proc.Spawner, self string, args []string) ([]byte, []byte, int32, error) {
 	if len(args) == 0 {
 		return nil, nil, 0, fmt.Errorf("empty command")
 	}
+	nsenter := nsenterPath()
+	if !c.runs || nsenter == "" {
+		return c.execFresh(ctx, sp, self, args)
+	}
+	c.mu.Lock()
+	running := c.cmd
+	c.mu.Unlock()
+	if running == nil {
+		return nil, nil, 0, fmt.Errorf("container is not running (never started)")
+	}
+	// Until container-init has built the root and exec'd the program, its
+	// process still sees this machine's root.
+	select {
+	case <-c.ready:
+	case <-c.exited:
+		return nil, nil, 0, errContainerExited
+	case <-ctx.Done():
+		return nil, nil, 0, fmt.Errorf("timed out waiting for the container to start: %w", ctx.Err())
+	}
+	select {
+	case <-c.exited:
+		return nil, nil, 0, errContainerExited
+	default:
+	}
+	pid := running.Process.Pid
+	cwd := c.spec.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	// nsenter opens --wd's path before it enters the namespace; through
+	// /proc/<pid>/root that path resolves in the container's mounts.
+	nsArgs := []string{"--target", strconv.Itoa(pid), "--mount", "--root",
+		"--wd=" + filepath.Join(fmt.Sprintf("/proc/%d/root", pid), cwd), "--"}
+	cmd := exec.Command(nsenter, append(nsArgs, args...)...)
+	cmd.Env = c.spec.Env // nsenter passes it on; its execvp searches PATH in the container's root
+	stdout, stderr, code, err := runExec(ctx, sp, cmd, false)
+	if err == nil && code != 0 {
+		// nsenter fails when the process ended after the check above.
+		select {
+		case <-c.exited:
+			return nil, nil, 0, errContainerExited
+		default:
+		}
+	}
+	return stdout, stderr, code, err
+}
+
+var errContainerExited = errors.New("container is not running: its process has exited")
+
+// nsenterPath is util-linux nsenter on this machine, or "" without it.
+var nsenterPath = sync.OnceValue(func() string {
+	p, err := exec.LookPath("nsenter")
+	if err != nil {
+		return ""
+	}
+	return p
+})
+
+// execFresh runs cmd in a fresh mount namespace built like the container's,
+// so it sees the same files (volumes, devices, its program).
+func (c *container) execFresh(ctx context.Context, sp *proc.Spawner, self string, args []string) ([]byte, []byte, int32, error) {
 	spec := c.spec
 	spec.Args = args
+	spec.ReadyFD = 0
 	spec.Rootfs = filepath.Join(c.dir, fmt.Sprintf("exec-%d", time.Now().UnixNano()))
 	defer os.RemoveAll(spec.Rootfs)
 	specPath, err := c.writeSpec(filepath.Base(spec.Rootfs)+".json", spec)
@@ -413,14 +502,19 @@ func (c *container) execSync(ctx context.Context, sp *proc.Spawner, self string,
 		return nil, nil, 0, err
 	}
 	defer os.Remove(specPath)
+	return runExec(ctx, sp, exec.Command(self, InitCommand, specPath), true)
+}
+
+// runExec runs cmd to its end, or kills its process group when ctx ends.
+func runExec(ctx context.Context, sp *proc.Spawner, cmd *exec.Cmd, newMountNamespace bool) ([]byte, []byte, int32, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(self, InitCommand, specPath)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := sp.Start(cmd, true); err != nil {
+	if err := sp.Start(cmd, newMountNamespace); err != nil {
 		return nil, nil, 0, err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():

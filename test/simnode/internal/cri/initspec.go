@@ -26,6 +26,9 @@ type initSpec struct {
 	Args   []string `json:"args"`
 	Env    []string `json:"env"`
 	Cwd    string   `json:"cwd,omitempty"`
+	// ReadyFD, when set, is an inherited descriptor container-init makes
+	// close-on-exec, so the runtime sees EOF on it once the program runs.
+	ReadyFD int `json:"readyFD,omitempty"`
 }
 
 type bind struct {
@@ -69,6 +72,9 @@ func RunInit(specPath string) error {
 	var spec initSpec
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return fmt.Errorf("container-init: parse %s: %w", specPath, err)
+	}
+	if spec.ReadyFD > 0 {
+		unix.CloseOnExec(spec.ReadyFD)
 	}
 	for _, b := range spec.Binds {
 		if err := applyBind(spec.Rootfs, b); err != nil {

@@ -466,7 +466,7 @@ func (c *container) execSync(ctx context.Context, sp *proc.Spawner, self string,
 		"--wd=" + filepath.Join(fmt.Sprintf("/proc/%d/root", pid), cwd), "--"}
 	cmd := exec.Command(nsenter, append(nsArgs, args...)...)
 	cmd.Env = c.spec.Env // nsenter passes it on; its execvp searches PATH in the container's root
-	stdout, stderr, code, err := runExec(ctx, sp, cmd, false)
+	stdout, stderr, code, err := runExec(ctx, sp, cmd, false, c.exited)
 	if err == nil && code != 0 {
 		// nsenter fails when the process ended after the check above.
 		select {
@@ -502,11 +502,13 @@ func (c *container) execFresh(ctx context.Context, sp *proc.Spawner, self string
 		return nil, nil, 0, err
 	}
 	defer os.Remove(specPath)
-	return runExec(ctx, sp, exec.Command(self, InitCommand, specPath), true)
+	return runExec(ctx, sp, exec.Command(self, InitCommand, specPath), true, nil)
 }
 
-// runExec runs cmd to its end, or kills its process group when ctx ends.
-func runExec(ctx context.Context, sp *proc.Spawner, cmd *exec.Cmd, newMountNamespace bool) ([]byte, []byte, int32, error) {
+// runExec runs cmd to its end, or kills its process group when ctx ends or
+// containerExited is closed: an exec'd process ends with its container, as
+// in a runtime that gives the container its own PID namespace.
+func runExec(ctx context.Context, sp *proc.Spawner, cmd *exec.Cmd, newMountNamespace bool, containerExited <-chan struct{}) ([]byte, []byte, int32, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := sp.Start(cmd, newMountNamespace); err != nil {
@@ -521,6 +523,10 @@ func runExec(ctx context.Context, sp *proc.Spawner, cmd *exec.Cmd, newMountNames
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		return stdout.Bytes(), stderr.Bytes(), 0, fmt.Errorf("timed out: %w", ctx.Err())
+	case <-containerExited:
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return stdout.Bytes(), stderr.Bytes(), 0, errContainerExited
 	}
 	return stdout.Bytes(), stderr.Bytes(), exitCode(err), nil
 }

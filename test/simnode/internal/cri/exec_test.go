@@ -28,8 +28,9 @@ func TestMain(m *testing.M) {
 // hostPath volume at /data (holding the file "f"), FOO=bar in its
 // environment and /data as its working folder.
 type execFixture struct {
-	r  *Runtime
-	id string
+	r   *Runtime
+	id  string
+	vol string // the volume's folder on this machine
 }
 
 func startExecFixture(t *testing.T) *execFixture {
@@ -79,7 +80,7 @@ func startExecFixture(t *testing.T) *execFixture {
 	if _, err := r.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cc.ContainerId}); err != nil {
 		t.Fatal(err)
 	}
-	f := &execFixture{r: r, id: cc.ContainerId}
+	f := &execFixture{r: r, id: cc.ContainerId, vol: vol}
 	// The runtime holds an exec until container-init has built the root.
 	if resp, err := f.exec(t, 30, "cat", "/data/f"); err != nil || resp.ExitCode != 0 {
 		t.Fatalf("first exec: %v %+v", err, resp)
@@ -163,4 +164,31 @@ func TestExecSyncCost(t *testing.T) {
 	}
 	t.Logf("one exec of `true`, mean of %d: wall %v, CPU %v (runtime %v + exec'd processes %v)", n,
 		wall/n, (cpu(self0, self1)+cpu(kids0, kids1))/n, cpu(self0, self1)/n, cpu(kids0, kids1)/n)
+}
+
+// An exec still running when its container's process ends is killed with
+// it, and the call fails.
+func TestExecSyncEndsWithContainer(t *testing.T) {
+	f := startExecFixture(t)
+	// The exec'd shell writes into a FIFO in the volume once it runs; the
+	// test's read returns then.
+	fifo := filepath.Join(f.vol, "started")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 1)
+	go func() {
+		_, err := f.exec(t, 120, "sh", "-c", "echo up > /data/started; exec sleep 601")
+		result <- err
+	}()
+	if _, err := os.ReadFile(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.r.StopContainer(context.Background(), &runtimeapi.StopContainerRequest{ContainerId: f.id, Timeout: 5}); err != nil {
+		t.Fatal(err)
+	}
+	err := <-result
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("exec of sleep 601 when its container stopped: %v, want a container-exited error", err)
+	}
 }

@@ -103,6 +103,21 @@ if(NVDRA_STATIC_GRPC)
   get_property(_defines GLOBAL PROPERTY _nvdra_static_INTERFACE_COMPILE_DEFINITIONS)
   list(REMOVE_DUPLICATES _archives)
   list(REMOVE_DUPLICATES _others)
+  # grpc_init's core configuration cut down to our unix-socket servers and
+  # clients (cmake/grpc_core_configuration.cc says what and why). Our
+  # BuildCoreConfiguration must be in the link before gRPC's archives: the
+  # --undefined makes the linker take it from our archive first, so gRPC's
+  # own registry object (which defines the same function) is never pulled.
+  # gRPC-internal names: for Debian bookworm's 1.51 only.
+  option(NVDRA_GRPC_MINIMAL_CORE "Register only the gRPC core plugins a unix-socket server and client need" ON)
+  if(NVDRA_GRPC_MINIMAL_CORE AND gRPC_VERSION VERSION_GREATER_EQUAL 1.51 AND gRPC_VERSION VERSION_LESS 1.52)
+    add_library(nvdra_grpc_core_configuration STATIC ${CMAKE_CURRENT_LIST_DIR}/grpc_core_configuration.cc)
+    target_link_options(nvdra_grpcpp INTERFACE
+      "LINKER:--undefined=_ZN9grpc_core22BuildCoreConfigurationEPNS_17CoreConfiguration7BuilderE")
+    target_link_libraries(nvdra_grpcpp INTERFACE nvdra_grpc_core_configuration)
+  elseif(NVDRA_GRPC_MINIMAL_CORE)
+    message(STATUS "gRPC ${gRPC_VERSION}: not 1.51, linking gRPC's full core configuration")
+  endif()
   # abseil's and gRPC's archives refer to one another in both directions
   # (gpr <-> absl, grpc <-> upb); one link group resolves every order.
   string(JOIN "," _group ${_archives})

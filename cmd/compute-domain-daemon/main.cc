@@ -71,7 +71,11 @@ int Run(const CLI::App& app, const computedomain::DaemonConfig& config, const co
       .ready_poll_interval = std::chrono::milliseconds(config.imex_ready_poll_interval_ms),
       .stop_grace = std::chrono::seconds(config.imex_stop_grace_seconds)};
   computedomain::CliqueMembership membership(**client, options.identity);
-  if (common::Status status = membership.LabelPod((*signals)->token()); !status.ok()) {
+  // With a clique ID and the clique store, the daemon's first status write
+  // carries the label too (one write instead of two per daemon).
+  const bool label_now = config.clique_id.empty() || options.store != computedomain::MembershipStore::kClique;
+  if (common::Status status = label_now ? membership.LabelPod((*signals)->token()) : common::OkStatus();
+      !status.ok()) {
     LOG_ERROR("cannot label this pod with its clique ID", {{"pod", config.pod_namespace + "/" + config.pod_name},
                                                            {"err", status}});
     return 1;

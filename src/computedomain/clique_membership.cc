@@ -72,7 +72,12 @@ const k8s::ResourceRef& CliqueMembership::resource() const {
                                             : k8s::resources::kComputeDomains;
 }
 
-std::string CliqueMembership::field_manager() const { return "compute-domain-daemon@" + identity_.node_name; }
+std::string CliqueMembership::field_manager() const {
+  // Status store: server-side apply needs one manager per daemon (each owns
+  // only its entry). Clique store: patches of its own pod.
+  return store_ == MembershipStore::kClique ? "compute-domain-daemon"
+                                            : "compute-domain-daemon@" + identity_.node_name;
+}
 
 Status CliqueMembership::LabelPod(std::stop_token stop) {
   const json patch = {{"metadata", {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}}}}};
@@ -81,13 +86,15 @@ Status CliqueMembership::LabelPod(std::stop_token stop) {
   return result.status();
 }
 
-k8s::ApiResult<json> CliqueMembership::ApplyEntry(std::string_view status, std::stop_token stop) {
-  json entry = {{KeyField(store_), identity_.node_name},
+k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(std::string_view status, std::stop_token stop) {
+  json entry = {{"name", identity_.node_name},
                 {"ipAddress", identity_.pod_ip},
                 {"cliqueID", identity_.clique_id},
                 {"status", std::string(status)}};
   json intent = {{"apiVersion", "resource.nvidia.com/v1beta1"},
-                 {"metadata", {{"name", object_name_}, {"namespace", object_namespace_}}}};
+                 {"kind", "ComputeDomain"},
+                 {"metadata", {{"name", object_name_}, {"namespace", object_namespace_}}},
+                 {"status", {{"nodes", json::array({std::move(entry)})}}}};
   k8s::PatchOptions options;
   options.field_manager = field_manager();
   // force: the entry is this node's by its key; a previous daemon on this
@@ -95,22 +102,25 @@ k8s::ApiResult<json> CliqueMembership::ApplyEntry(std::string_view status, std::
   // used Update) must not block us. The index is not in the intent, so
   // forcing cannot take it from the index writer.
   options.force = true;
-  if (store_ == MembershipStore::kClique) {
-    intent["kind"] = "ComputeDomainClique";
-    intent["metadata"]["labels"] = {{std::string(kComputeDomainLabel), identity_.compute_domain_uid},
-                                    {std::string(kComputeDomainCliqueLabel), identity_.clique_id}};
-    intent["metadata"]["ownerReferences"] = json::array(
-        {{{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", identity_.pod_name}, {"uid", identity_.pod_uid}}});
-    intent["daemons"] = json::array({std::move(entry)});
-  } else {
-    intent["kind"] = "ComputeDomain";
-    intent["status"] = {{"nodes", json::array({std::move(entry)})}};
-    options.subresource = "status";
-  }
+  options.subresource = "status";
   return client_.Apply(resource(), object_namespace_, intent, options, stop);
 }
 
-Status CliqueMembership::RemoveEntry(std::stop_token stop) {
+k8s::ApiResult<json> CliqueMembership::Publish(std::string_view status, std::stop_token stop) {
+  if (store_ == MembershipStore::kComputeDomainStatus) return ApplyStatusEntry(status, stop);
+  const json patch = {{"metadata",
+                       {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}},
+                        {"annotations", {{std::string(kDaemonStatusAnnotation), std::string(status)}}}}}};
+  k8s::PatchOptions options;
+  options.field_manager = field_manager();
+  return client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name, k8s::PatchType::kMerge,
+                       patch, options, stop);
+}
+
+Status CliqueMembership::Leave(std::stop_token stop) {
+  // Clique store: the controller drops the entry once the pod terminates;
+  // until then (a container restart) the daemon is simply not ready.
+  if (store_ == MembershipStore::kClique) return Publish(kDaemonNotReady, stop).status();
   for (int attempt = 1;; ++attempt) {
     auto object = client_.Get(resource(), object_namespace_, object_name_, {}, stop);
     if (k8s::IsNotFound(object.status())) return common::OkStatus();

@@ -1,29 +1,34 @@
 #pragma once
 
-// CliqueMembership: what one compute-domain daemon writes to the API server.
-// It labels its own pod, and keeps its own entry (keyed by node name) in
-// the ComputeDomainClique "<cdUID>.<cliqueID>" of the driver namespace (its
-// pod's namespace), creating the clique when missing.
+// CliqueMembership: what one compute-domain daemon tells the API server about
+// itself, and how entries of a ComputeDomainClique "<cdUID>.<cliqueID>" (in
+// the driver namespace) are read.
 //
-// Why server-side apply: each daemon applies only its own entry under a
-// field manager of its own ("compute-domain-daemon@<node>"), so daemons
-// never read-modify-write the shared list, never race on the object's
-// resourceVersion (upstream #723/#816/#1107) and never write another entry.
-// That needs the CRD's `daemons` to be `x-kubernetes-list-type: map` keyed
-// by `nodeName` (upstream's CRD already is), with `index` not required.
-// Owner references are a list-map keyed by uid in ObjectMeta, so each daemon
-// adds its pod's reference and leaves the others alone.
+// Who writes the clique (gate ComputeDomainCliques, the default): only the
+// controller. A daemon writes nothing but its own pod: the clique label
+// (kComputeDomainCliqueLabel = its clique ID, empty included, as upstream)
+// and its readiness (annotation kDaemonStatusAnnotation = Ready/NotReady).
+// The controller turns its daemon pods into the clique's entries {nodeName,
+// ipAddress (the pod's IP), cliqueID, status, index}, assigns indexes
+// (stable per node, gap-filling; upstream #1418), drops the entries of pods
+// that are gone or terminating, and writes each clique with one update per
+// change, however many daemons changed. Why: upstream's daemons race on the
+// shared object's resourceVersion (#723/#816/#1107); ours first wrote their
+// own entries by server-side apply, which never lost an update but made 18
+// daemons of one clique contend for one object: each write took 0.25 s at
+// the median and up to 2.3 s on the API server at 18 nodes (the server
+// retries every conflicting write against the newest object), and a plain
+// JSON patch per daemon measured no better (bench/README.md). One writer
+// coalesces them; a daemon's writes go to its own pod and never conflict.
+// The daemon learns its index and its peers by watching the clique.
 //
-// The daemon never writes `index`. A single writer (the controller, issue 9)
-// assigns indexes, stable per node, under its own field manager; a daemon's
-// apply does not mention the field, so it keeps the index it was given and
-// cannot change anyone else's (upstream #1418). Until its index is there,
-// the daemon waits (DNS-names mode) — see ImexDaemon.
-//
-// Leaving uses a JSON patch that first tests that the entry at position i
-// still is this node's with this pod's IP, then removes it: a racing change
-// fails the test and is re-read, and a successor pod on the same node (a
-// new IP) is never removed by its predecessor.
+// Gate off: the entries are the ComputeDomain's status.nodes[] (keyed by
+// `name`, through the status subresource); each daemon applies its own
+// entry by server-side apply under a field manager of its own, the
+// controller applies indexes, and a leaving daemon removes its entry with
+// a JSON patch that first tests that the entry at position i still is this
+// node's with this pod's IP (a successor pod on the same node is never
+// removed by its predecessor).
 //
 // Ownership: borrows the Client, which must outlive it. Thread-safety:
 // thread-safe (immutable; the Client is thread-safe).
@@ -46,6 +51,8 @@ inline constexpr std::string_view kComputeDomainLabel = "resource.nvidia.com/com
 inline constexpr std::string_view kComputeDomainCliqueLabel = "resource.nvidia.com/computeDomain.cliqueID";
 inline constexpr std::string_view kDaemonReady = "Ready";
 inline constexpr std::string_view kDaemonNotReady = "NotReady";
+// On a daemon pod: its IMEX daemon's status (kDaemonReady/kDaemonNotReady).
+inline constexpr std::string_view kDaemonStatusAnnotation = "resource.nvidia.com/computeDomain.daemonStatus";
 
 // Who this daemon is.
 struct DaemonIdentity {
@@ -61,7 +68,7 @@ struct DaemonIdentity {
 // Where the entries live. Upstream's gate ComputeDomainCliques (default on)
 // picks the clique object; off, they are the ComputeDomain's status.nodes[]
 // (keyed by `name`, written through the status subresource; no labels or
-// owner references there). Both are list-maps, so the same apply works.
+// owner references there).
 enum class MembershipStore { kClique, kComputeDomainStatus };
 
 // One entry of a clique's daemons[] (or of a ComputeDomain's status.nodes[]), as read.
@@ -92,23 +99,25 @@ class CliqueMembership {
   const std::string& clique_name() const { return object_name_; }
   const std::string& object_namespace() const { return object_namespace_; }
   const k8s::ResourceRef& resource() const;
+  // The field manager of this daemon's writes.
   std::string field_manager() const;
 
   // Merge-patches the pod's label kComputeDomainCliqueLabel = clique ID
   // (empty included, as upstream). API errors as the Client's.
   common::Status LabelPod(std::stop_token stop = {});
 
-  // Applies this node's entry {nodeName, ipAddress, cliqueID, status} with
-  // the clique's labels and this pod's owner reference, creating the clique
-  // if missing. Returns the clique as the server now has it. API errors as
-  // the Client's. kComputeDomainStatus: {name, ...} into status.nodes of an
-  // existing ComputeDomain (kNotFound while it is absent).
-  k8s::ApiResult<nlohmann::json> ApplyEntry(std::string_view status, std::stop_token stop = {});
+  // Tells the API server this daemon's status: the pod's clique label and
+  // status annotation (returns the pod), or, gate off, this node's entry in
+  // the ComputeDomain's status.nodes (returns the ComputeDomain; kNotFound
+  // while it is absent). API errors as the Client's.
+  k8s::ApiResult<nlohmann::json> Publish(std::string_view status, std::stop_token stop = {});
 
-  // Removes this node's entry if it still carries this pod's IP. Absent
-  // clique or entry: OK (nothing to do). Retries a failed test (a racing
-  // change) a few times; other API errors as the Client's.
-  common::Status RemoveEntry(std::stop_token stop = {});
+  // Leaving (the daemon stops): the pod's status annotation says NotReady
+  // (the controller removes the entry once the pod terminates); gate off,
+  // this node's entry is removed if it still carries this pod's IP (absent
+  // object or entry: OK; a failed test is re-read a few times). API errors
+  // as the Client's.
+  common::Status Leave(std::stop_token stop = {});
 
  private:
   k8s::Client& client_;
@@ -116,6 +125,8 @@ class CliqueMembership {
   const MembershipStore store_;
   const std::string object_name_;
   const std::string object_namespace_;
+
+  k8s::ApiResult<nlohmann::json> ApplyStatusEntry(std::string_view status, std::stop_token stop);
 };
 
 }  // namespace nvdra::computedomain

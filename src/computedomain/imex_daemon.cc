@@ -191,7 +191,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
   poll_cv_.notify_all();
   poller_ = std::jthread();
   {
-    // The caller's stop is already requested; the removal gets its own bound.
+    // The caller's stop is already requested; leaving gets its own bound.
     std::stop_source leave_stop;
     std::jthread timer([&leave_stop, this](std::stop_token timer_stop) {
       std::mutex m;
@@ -202,8 +202,8 @@ Status ImexDaemon::Run(std::stop_token stop) {
         leave_stop.request_stop();
       }
     });
-    if (Status status = membership_.RemoveEntry(leave_stop.get_token()); !status.ok()) {
-      LOG_ERROR("cannot remove this node's entry from the clique", {{"clique", membership_.clique_name()},
+    if (Status status = membership_.Leave(leave_stop.get_token()); !status.ok()) {
+      LOG_ERROR("cannot tell the API server this daemon is leaving", {{"clique", membership_.clique_name()},
                                                                      {"err", status}});
     } else {
       LOG_INFO(2, "left the clique", {{"clique", membership_.clique_name()}});
@@ -230,8 +230,11 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   const DaemonIdentity& id = options_.identity;
   auto own = std::find_if(members.begin(), members.end(),
                           [&](const CliqueMember& m) { return m.node_name == id.node_name; });
-  entry_missing_ = own == members.end() || own->ip_address != id.pod_ip || own->clique_id != id.clique_id ||
-                   (!published_status_.empty() && own->status != published_status_);
+  // Gate off our entry is ours to write again when it is not what we wrote;
+  // a clique's entries are the controller's (from our pod).
+  entry_missing_ = options_.store == MembershipStore::kComputeDomainStatus &&
+                   (own == members.end() || own->ip_address != id.pod_ip || own->clique_id != id.clique_id ||
+                    (!published_status_.empty() && own->status != published_status_));
   if (options_.dns_names) {
     UpdatePeersDnsNames(members);
   } else {
@@ -387,9 +390,9 @@ void ImexDaemon::PublishIfNeeded() {
   }
   const auto now = Clock::now();
   if (publish_retry_at_ && now < *publish_retry_at_) return;
-  auto result = membership_.ApplyEntry(desired);
+  auto result = membership_.Publish(desired);
   if (!result.ok()) {
-    LOG_ERROR("cannot write this node's clique entry", {{"clique", membership_.clique_name()}, {"status", desired},
+    LOG_ERROR("cannot publish this daemon's status", {{"clique", membership_.clique_name()}, {"status", desired},
                                                         {"err", result.status()},
                                                         {"retryInMs", publish_backoff_.count()}});
     publish_retry_at_ = now + publish_backoff_;
@@ -402,13 +405,14 @@ void ImexDaemon::PublishIfNeeded() {
     // With the object's resourceVersion: the plugin logs the watch event
     // of the same version (latency of the API's delivery, for benchmarks).
     const nlohmann::json& metadata = result->value("metadata", nlohmann::json::object());
-    LOG_INFO(2, "clique entry written", {{"clique", membership_.clique_name()}, {"status", desired},
+    LOG_INFO(2, "status published", {{"clique", membership_.clique_name()}, {"status", desired},
                                          {"resourceVersion", metadata.value("resourceVersion", "")}});
   }
   published_status_ = desired;
-  // The answer is the newest state: act on it now rather than on its watch
-  // event (which OnCliqueChanged then skips as not newer).
-  OnCliqueChanged(&*result);
+  // Gate off, the answer is the ComputeDomain, the newest state: act on it
+  // now rather than on its watch event (which OnCliqueChanged then skips as
+  // not newer). With cliques it is our pod; the controller writes the entry.
+  if (options_.store == MembershipStore::kComputeDomainStatus) OnCliqueChanged(&*result);
 }
 
 void ImexDaemon::PollReadiness(std::stop_token stop) {

@@ -1,11 +1,13 @@
 #pragma once
 
 // ImexDaemon: the body of `compute-domain-daemon run` for a node with a
-// clique ID. It joins the clique (CliqueMembership; or the ComputeDomain's
-// status.nodes with gate ComputeDomainCliques off), writes imexd.cfg and the
-// nodes file, follows that object with an informer (one object, by name),
-// maps peers to nvidia-imex, supervises nvidia-imex, and mirrors its
-// readiness into this node's entry.
+// clique ID. It joins the clique (CliqueMembership: its pod carries the
+// clique label and its status, and the controller writes the clique's
+// entries from the pods; gate ComputeDomainCliques off, its own entry in the
+// ComputeDomain's status.nodes), writes imexd.cfg and the nodes file,
+// follows that object with an informer (one object, by name), maps peers to
+// nvidia-imex, supervises nvidia-imex, and mirrors its readiness into its
+// published status.
 //
 // Peers, DNS-names mode (gate IMEXDaemonsWithDNSNames, the default): a
 // static nodes file of kDnsNamePrefix names 0..max-1; /etc/hosts maps the
@@ -22,16 +24,17 @@
 // Supervision: nvidia-imex's exit is seen at once through its pidfd (no 1 s
 // ticker); the entry turns NotReady right away and the process is restarted
 // after a backoff (100 ms doubling to 10 s; reset once it ran 30 s). At
-// shutdown: the entry is removed first (peers stop counting on us), then
-// SIGTERM, and SIGKILL after the grace period.
+// shutdown: the status turns NotReady first (gate off: the entry is
+// removed), so peers stop counting on us, then SIGTERM, and SIGKILL after
+// the grace period.
 //
 // Readiness: `nvidia-imex-ctl -c imexd.cfg -q` printing exactly "READY\n"
 // (the probe's rule). nvidia-imex has no way to push its state, so a thread
 // asks: every 25 ms while not ready (after a start the entry turns Ready
 // within one interval of the daemon becoming ready), then every
 // `ready_poll_interval` to catch a ready daemon that stops being ready
-// without exiting. A crash needs no poll (pidfd). The entry is written only
-// when the status changes.
+// without exiting. A crash needs no poll (pidfd). The status is written
+// only when it changes.
 //
 // Ownership: owns the informer, the nvidia-imex child and the poller
 // thread; borrows the Client, which must outlive it.

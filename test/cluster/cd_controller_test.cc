@@ -236,7 +236,7 @@ class CdControllerTest : public ::testing::Test {
     return {node, std::make_unique<computedomain::CliqueMembership>(*env_->client, identity)};
   }
   static void Apply(PlayedDaemon& d, std::string_view status) {
-    auto applied = d.membership->ApplyEntry(status);
+    auto applied = d.membership->Publish(status);
     ASSERT_TRUE(applied.ok()) << d.node << ": " << applied.status();
   }
 
@@ -406,7 +406,7 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   // Daemons never own an index; the controller does.
   for (const json& m : cliques_->Get(clique_key)->at("metadata").at("managedFields")) {
     const std::string owned = m.value("fieldsV1", json::object()).dump();
-    if (m.value("manager", "").starts_with("compute-domain-daemon@")) {
+    if (m.value("manager", "").starts_with("compute-domain-daemon")) {
       EXPECT_EQ(owned.find("f:index"), std::string::npos) << m.dump();
     }
   }
@@ -440,12 +440,19 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
             std::string::npos);
   const std::size_t writes_at = scraped->body.find("\nnvdra_compute_domain_controller_api_writes_total ");
   ASSERT_NE(writes_at, std::string::npos) << scraped->body;
-  std::printf("cd-a: %s API writes by the controller up to Ready with 3 daemons (finalizer, 3 objects, 3 index "
-              "applies, status)\n",
+  std::printf("cd-a: %s API writes by the controller up to Ready with 3 daemons (finalizer, 3 objects, clique "
+              "writes, status)\n",
               scraped->body.substr(writes_at + 50, scraped->body.find('\n', writes_at + 1) - writes_at - 50).c_str());
 
-  // n2 leaves, n4 joins: n4 takes n2's index, n1 and n3 keep theirs.
-  ASSERT_TRUE(daemons[1].membership->RemoveEntry().ok());
+  // n2 leaves (its daemon says so, then its pod goes), n4 joins: n4 takes
+  // n2's index, n1 and n3 keep theirs.
+  k8s::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ASSERT_TRUE(daemons[1].membership->Leave().ok());
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [](const auto& o) {
+    return o && Daemons(*o).contains("n2") && Str(Daemons(*o)["n2"], "/status") == "NotReady";
+  })) << "a leaving daemon is NotReady in its entry";
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "n2"), now).ok());
   daemons.push_back(Daemon(uid, "c1", "n4"));
   Apply(daemons.back(), "Ready");
   ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
@@ -457,10 +464,8 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   EXPECT_EQ(entries["n1"]["index"], given["n1"]);
   EXPECT_EQ(entries["n3"]["index"], given["n3"]);
 
-  // A daemon that could not remove its entry (its pod is gone with its
-  // node): the controller removes the entry; the others keep their indexes.
-  k8s::DeleteOptions now;
-  now.grace_period_seconds = 0;
+  // A daemon that could not say goodbye (its pod is gone with its node):
+  // the controller removes the entry; the others keep their indexes.
   ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "n3"), now).ok());
   ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) { return o && !Daemons(*o).contains("n3"); }));
   entries = Daemons(*cliques_->Get(clique_key));
@@ -472,9 +477,9 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
     return o && IndexOf(*o, "n3") == given["n3"];
   })) << "the gap n3 left is filled again";
 
-  // A successor pod on n1 (new IP) re-applied the entry before the old pod
-  // is deleted: the entry stays (it is not the departed pod's). Then n4's pod
-  // goes: that entry is removed, which also shows n1's departure was handled.
+  // A successor pod on n1 (new IP) published before the old pod is deleted:
+  // the entry stays, with the successor's IP once the old pod is gone. Then
+  // n4's pod goes: that entry is removed.
   {
     const std::string old_pod = DaemonPodName(uid, "n1");
     json pod = PodObject(old_pod + "-b", {{kCdLabel, uid}}, "n1");
@@ -512,7 +517,7 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   EXPECT_TRUE(WaitForEvent(uid, "CliqueFull", "node n6 cannot join"));
   EXPECT_FALSE(Daemons(*cliques_->Get(clique_key))["n6"].contains("index"));
   EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "NotReady"; }));
-  ASSERT_TRUE(daemons.back().membership->RemoveEntry().ok());
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "n6"), now).ok());
   EXPECT_TRUE(cds_->WaitFor(CdKey("cd-a"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
 
   // A daemon on a node without a fabric has no clique: its pod (empty
@@ -782,6 +787,77 @@ TEST_F(CdControllerTest, DeletedRightAfterCreateLeavesNothing) {
     DeleteCdAndExpectNothingLeft(cd);
   }
   DeleteCdAndExpectNothingLeft(warm);
+}
+
+// Daemons publish only to their own pods; the controller alone writes the
+// clique. Many daemons joining and turning Ready at once: one entry per node,
+// with the pod's IP and status, distinct indexes, one owner reference per
+// pod, and far fewer clique writes than daemon status changes (coalesced).
+TEST_F(CdControllerTest, ManyDaemonsAtOnceAreWrittenByTheControllerAlone) {
+  const int metrics_port = FreeLocalPort();
+  ASSERT_GT(metrics_port, 0);
+  auto controller = StartController("ctl-many", {"--http-endpoint=127.0.0.1:" + std::to_string(metrics_port)});
+  constexpr int kNodes = 12;
+  json cd = CreateCd("cd-many", kNodes);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
+  const std::string clique_key = std::string(kDriverNs) + "/" + uid + ".cm";
+
+  std::vector<PlayedDaemon> daemons;
+  for (int i = 0; i < kNodes; ++i) daemons.push_back(Daemon(uid, "cm", std::string("m") + char('a' + i)));
+  auto all_at_once = [&](std::string_view status) {
+    std::vector<std::thread> publishers;
+    std::vector<common::Status> results(kNodes);
+    for (int i = 0; i < kNodes; ++i) {
+      publishers.emplace_back([&, i] { results[i] = daemons[i].membership->Publish(status).status(); });
+    }
+    for (auto& p : publishers) p.join();
+    for (int i = 0; i < kNodes; ++i) EXPECT_TRUE(results[i].ok()) << daemons[i].node << ": " << results[i];
+  };
+  all_at_once("NotReady");
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    if (!o) return false;
+    std::set<std::int64_t> indexes;
+    for (const auto& [node, e] : Daemons(*o)) {
+      if (e.contains("index")) indexes.insert(e["index"].template get<std::int64_t>());
+    }
+    return indexes.size() == static_cast<size_t>(kNodes) && *indexes.rbegin() == kNodes - 1;
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
+  const std::map<std::string, json> joined = Daemons(*cliques_->Get(clique_key));
+  all_at_once("Ready");
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-many"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+
+  const json clique = *cliques_->Get(clique_key);
+  EXPECT_EQ(clique["daemons"].size(), static_cast<size_t>(kNodes)) << clique.dump();
+  const auto entries = Daemons(clique);
+  for (const PlayedDaemon& d : daemons) {
+    const json& e = entries.at(d.node);
+    EXPECT_EQ(Str(e, "/ipAddress"), d.membership->identity().pod_ip) << d.node;
+    EXPECT_EQ(Str(e, "/cliqueID"), "cm") << d.node;
+    EXPECT_EQ(Str(e, "/status"), "Ready") << d.node;
+    EXPECT_EQ(e["index"], joined.at(d.node)["index"]) << d.node << ": index moved";
+  }
+  std::map<std::string, int> refs;
+  for (const json& r : clique["metadata"].value("ownerReferences", json::array())) ++refs[Str(r, "/uid")];
+  for (const PlayedDaemon& d : daemons) EXPECT_EQ(refs[d.membership->identity().pod_uid], 1) << d.node;
+  for (const json& m : clique["metadata"]["managedFields"]) {
+    EXPECT_FALSE(m.value("manager", "").starts_with("compute-domain-daemon")) << "a daemon wrote the clique: " << m.dump();
+  }
+
+  // 24 status changes of daemons; how many writes the controller made for
+  // them (clique writes, domain status, its objects) is printed, not
+  // asserted: how many changes one write coalesces depends on timing.
+  httplib::Client http("127.0.0.1", metrics_port);
+  auto scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << "no metrics on port " << metrics_port;
+  const std::string name = "\nnvdra_compute_domain_controller_api_writes_total ";
+  const std::size_t at = scraped->body.find(name);
+  ASSERT_NE(at, std::string::npos) << scraped->body;
+  const double writes = std::stod(scraped->body.substr(at + name.size()));
+  std::printf("cd-many: %d daemons joined and turned Ready at once: %.0f API writes by the controller\n", kNodes,
+              writes);
+  DeleteCdAndExpectNothingLeft(cd);
 }
 
 }  // namespace

@@ -1,17 +1,17 @@
 // compute-domain-daemon as processes against a real control plane, with the
 // simulated nvidia-imex (test/simimex) on distinct loopback addresses and a
 // folder per simulated node (imexd dir, hosts file). The test plays the
-// index writer (the controller's job, issue 9): an informer handler assigns
-// 0..n-1 by server-side apply as entries appear. Pods are plain objects that
-// no scheduler or kubelet picks up: the daemon only patches its pod and names
-// it as owner.
+// controller, the only writer of clique entries (issue 9): informer handlers
+// turn the daemons' pods (clique label, status annotation) into entries with
+// indexes 0..n-1 by server-side apply. Pods are plain objects that no
+// scheduler or kubelet picks up: the daemon only patches its pod.
 //
-// Checks: entries appear without an index (daemons never write one), all
-// become Ready, nodes.cfg and hosts content, owner references and field
-// managers, a SIGKILLed nvidia-imex is seen (NotReady) and restarted (Ready),
-// SIGTERM removes only the daemon's own entry, a daemon of domain A never
-// touches domain B's clique, `check` exit codes, empty clique ID, missing
-// COMPUTE_DOMAIN_UUID. Prints the time from daemon start to Ready entry.
+// Checks: a daemon never writes the clique and waits for its index, all
+// become Ready, nodes.cfg and hosts content, a SIGKILLed nvidia-imex is seen
+// (NotReady) and restarted (Ready), SIGTERM turns only the daemon's own entry
+// NotReady, a daemon of domain A never touches domain B's clique, `check`
+// exit codes, empty clique ID, missing COMPUTE_DOMAIN_UUID. Prints the time
+// from daemon start to Ready entry.
 
 #include <signal.h>
 #include <unistd.h>
@@ -166,9 +166,12 @@ json StandInComputeDomainCrd() {
 }
 
 // Follows every clique of the namespace; waits are woken by watch events.
-// As the index writer, assigns the lowest free index to each new entry of
-// the cliques it is told to serve (one apply per change, field manager
-// kIndexWriter, indexes stable once given).
+// For the cliques it is told to serve it also plays the controller, the only
+// writer of clique entries: from the daemons' pods (the clique label and the
+// status annotation each daemon publishes; node and IP as registered, since
+// these pods never run) it writes every entry with the lowest free index,
+// stable once given (one server-side apply per change, field manager
+// kIndexWriter). Entries of pods that are gone or unpublished are dropped.
 class CliqueWatch {
  public:
   explicit CliqueWatch(k8s::Client& client, const k8s::ResourceRef& resource = k8s::resources::kComputeDomainCliques)
@@ -184,18 +187,40 @@ class CliqueWatch {
          .on_update = [changed](const k8s::cache::ObjectPtr&, const k8s::cache::ObjectPtr& now) { changed(now); },
          .on_delete = [this](const k8s::cache::ObjectPtr& last) { OnChange(*last, true); }});
     informer_->Start();
+    if (&resource == &k8s::resources::kComputeDomainCliques) {
+      k8s::cache::InformerOptions pod_options;
+      pod_options.description = "pods";
+      pods_ = std::make_unique<k8s::cache::Informer>(
+          std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, kNamespace), std::move(pod_options));
+      auto pod_changed = [this](const k8s::cache::ObjectPtr&) { WriteServed(); };
+      pods_->AddEventHandler({.on_add = pod_changed,
+                              .on_update = [pod_changed](const k8s::cache::ObjectPtr&,
+                                                         const k8s::cache::ObjectPtr& now) { pod_changed(now); },
+                              .on_delete = pod_changed});
+      pods_->Start();
+    }
   }
-  ~CliqueWatch() { informer_->Stop(); }
+  ~CliqueWatch() {
+    if (pods_) pods_->Stop();
+    informer_->Stop();
+  }
 
-  // From now on, assigns indexes in `clique` (at once for entries already there).
+  // The daemon pod `pod` runs on `node` with `ip` and belongs to `clique`.
+  void Register(const std::string& pod, const std::string& node, const std::string& ip, const std::string& clique) {
+    {
+      std::lock_guard lock(mutex_);
+      pods_by_name_[pod] = {node, ip, clique};
+    }
+    WriteServed();
+  }
+
+  // From now on, writes the entries of `clique` (at once for pods already published).
   void ServeIndexes(const std::string& clique) {
-    std::optional<json> current;
     {
       std::lock_guard lock(mutex_);
       served_.insert({clique, {}});
-      current = Current(clique);
     }
-    if (current) OnChange(*current, false);
+    WriteServed();
   }
 
   // Waits until `pred` holds for the clique (nullopt: absent).
@@ -217,6 +242,10 @@ class CliqueWatch {
   }
 
  private:
+  struct RegisteredPod {
+    std::string node, ip, clique;
+  };
+
   std::optional<json> Current(const std::string& name) {
     auto it = cliques_.find(name);
     if (it == cliques_.end()) return std::nullopt;
@@ -225,7 +254,6 @@ class CliqueWatch {
 
   void OnChange(const json& object, bool deleted) {
     const std::string name = object["metadata"]["name"];
-    std::map<std::string, std::int64_t> to_apply;
     {
       std::lock_guard lock(mutex_);
       if (deleted) {
@@ -236,51 +264,68 @@ class CliqueWatch {
           if (entry.value("status", "") == "Ready") first_ready_.insert({name + "/" + node, Clock::now()});
         }
       }
-      auto served = served_.find(name);
-      if (!deleted && served != served_.end()) {
-        std::map<std::string, std::int64_t>& given = served->second;
-        const auto entries = Entries(object);
-        // Entries that left give their index back (gap-filling).
-        for (auto it = given.begin(); it != given.end();) {
-          it = entries.contains(it->first) ? std::next(it) : given.erase(it);
+    }
+    changed_.notify_all();
+  }
+
+  // Writes each served clique from the pods (one writer: calls are serialised).
+  void WriteServed() {
+    std::lock_guard write_lock(write_mutex_);
+    std::map<std::string, json> intents;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [clique, given] : served_) {
+        std::map<std::string, std::pair<std::string, std::string>> members;  // node -> (ip, status)
+        for (const auto& [pod_name, reg] : pods_by_name_) {
+          if (reg.clique != clique) continue;
+          k8s::cache::ObjectPtr pod = pods_->store().Get(std::string(kNamespace) + "/" + pod_name);
+          if (!pod || !(*pod)["metadata"].contains("labels")) continue;
+          const json& labels = (*pod)["metadata"]["labels"];
+          if (!labels.contains("resource.nvidia.com/computeDomain.cliqueID")) continue;
+          const json annotations = (*pod)["metadata"].value("annotations", json::object());
+          members[reg.node] = {reg.ip, annotations.value("resource.nvidia.com/computeDomain.daemonStatus", "NotReady")};
         }
-        bool added = false;
-        for (const auto& [node, entry] : entries) {
+        // Pods that left give their index back (gap-filling); newcomers get the lowest free one.
+        for (auto it = given.begin(); it != given.end();) it = members.contains(it->first) ? std::next(it) : given.erase(it);
+        for (const auto& [node, _] : members) {
           if (given.contains(node)) continue;
           std::int64_t index = 0;
           while (std::any_of(given.begin(), given.end(), [&](const auto& g) { return g.second == index; })) ++index;
           given[node] = index;
-          added = true;
         }
-        // Re-apply also when an index we own vanished (the entry was re-created).
-        for (const auto& [node, index] : given) {
-          if (!entries.at(node).contains("index")) added = true;
+        json daemons = json::array();
+        for (const auto& [node, m] : members) {
+          daemons.push_back({{"nodeName", node}, {"ipAddress", m.first}, {"cliqueID", clique.substr(clique.rfind('.') + 1)},
+                             {"status", m.second}, {"index", given[node]}});
         }
-        if (added) to_apply = given;
+        auto current = Current(clique);
+        if (current && current->value("daemons", json::array()) == daemons) continue;
+        if (!current && daemons.empty()) continue;
+        intents[clique] = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                           {"kind", "ComputeDomainClique"},
+                           {"metadata", {{"name", clique}, {"namespace", kNamespace}}},
+                           {"daemons", daemons}};
       }
     }
-    changed_.notify_all();
-    if (!to_apply.empty()) {
-      json daemons = json::array();
-      for (const auto& [node, index] : to_apply) daemons.push_back({{"nodeName", node}, {"index", index}});
-      json intent = {{"apiVersion", "resource.nvidia.com/v1beta1"},
-                     {"kind", "ComputeDomainClique"},
-                     {"metadata", {{"name", name}, {"namespace", kNamespace}}},
-                     {"daemons", daemons}};
+    for (const auto& [clique, intent] : intents) {
       k8s::PatchOptions options;
       options.field_manager = kIndexWriter;
+      options.force = true;
       auto result = client_.Apply(k8s::resources::kComputeDomainCliques, kNamespace, intent, options);
-      if (!result.ok()) ADD_FAILURE() << "index writer: " << result.status();
+      if (!result.ok()) ADD_FAILURE() << "stand-in controller: " << result.status();
     }
   }
 
   k8s::Client& client_;
+  std::mutex write_mutex_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::map<std::string, json> cliques_;
   std::map<std::string, std::map<std::string, std::int64_t>> served_;
+  std::map<std::string, RegisteredPod> pods_by_name_;
   std::map<std::string, Clock::time_point> first_ready_;
   std::unique_ptr<k8s::cache::Informer> informer_;
+  std::unique_ptr<k8s::cache::Informer> pods_;
 };
 
 // One simulated node: a pod object, a folder and a daemon process.
@@ -384,6 +429,7 @@ class CdDaemonTest : public ::testing::Test {
       std::erase_if(env, [&](const std::string& x) { return x.starts_with(key); });
       env.push_back(e);
     }
+    if (!clique.empty()) watch_->Register(n.pod, n.node, n.ip, cd_uid + "." + clique);
     n.process = std::make_unique<PluginProcess>(std::vector<std::string>{CD_DAEMON, "-v", "4", "run"}, env, n.log());
     n.started = Clock::now();
     ASSERT_TRUE(n.process->Start());
@@ -457,32 +503,20 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   std::set<std::int64_t> indexes;
   for (const auto& [node, index] : index_of) indexes.insert(index);
   EXPECT_EQ(indexes, (std::set<std::int64_t>{0, 1, 2, 3}));
-  // Labels, one owner reference per pod, one field manager per node.
-  EXPECT_EQ(clique["metadata"]["labels"]["resource.nvidia.com/computeDomain"], cd_a);
-  EXPECT_EQ(clique["metadata"]["labels"]["resource.nvidia.com/computeDomain.cliqueID"], "1");
-  std::set<std::string> owners;
-  for (const json& ref : clique["metadata"]["ownerReferences"]) owners.insert(ref["uid"].get<std::string>());
-  std::set<std::string> pod_uids;
-  for (auto& n : nodes) pod_uids.insert(n->pod_uid);
-  EXPECT_EQ(owners, pod_uids);
-  std::set<std::string> managers;
-  for (const json& m : clique["metadata"]["managedFields"]) managers.insert(m["manager"].get<std::string>());
-  for (auto& n : nodes) EXPECT_TRUE(managers.contains("compute-domain-daemon@" + n->node)) << n->node;
-  // Only the index writer owns `index` fields; each daemon owns its own entry only.
+  // Daemons never write the clique (the controller does, from their pods);
+  // each pod carries its clique label and its daemon's status.
   for (const json& m : clique["metadata"]["managedFields"]) {
-    const std::string manager = m["manager"];
-    const json& daemons = m["fieldsV1"].value("f:daemons", json::object());
-    for (const auto& [key, fields] : daemons.items()) {
-      if (manager == kIndexWriter) continue;
-      EXPECT_FALSE(fields.contains("f:index")) << manager << " owns an index: " << key;
-      if (manager.starts_with("compute-domain-daemon@")) {
-        EXPECT_EQ(key, "k:{\"nodeName\":\"" + manager.substr(manager.find('@') + 1) + "\"}") << manager;
-      }
-    }
+    EXPECT_FALSE(m["manager"].get<std::string>().starts_with("compute-domain-daemon")) << m.dump();
+  }
+  for (auto& n : nodes) {
+    auto pod = env_->client->Get(k8s::resources::kPods, kNamespace, n->pod);
+    ASSERT_TRUE(pod.ok()) << pod.status();
+    EXPECT_EQ((*pod)["metadata"]["labels"]["resource.nvidia.com/computeDomain.cliqueID"], "1") << n->node;
+    EXPECT_EQ((*pod)["metadata"]["annotations"]["resource.nvidia.com/computeDomain.daemonStatus"], "Ready") << n->node;
   }
 
-  // The benchmark figure: daemon start to its Ready entry (includes the test
-  // index writer's round trip, as the controller's would).
+  // The benchmark figure: daemon start to its Ready entry (includes the
+  // stand-in controller's round trips, as the controller's would).
   std::vector<double> ms;
   for (auto& n : nodes) {
     auto ready = watch_->ReadySince(kClique, n->node);
@@ -539,14 +573,21 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   EXPECT_NE(ImexPid(victim), old_pid);
   EXPECT_EQ(Entries(*watch_->Get(kClique))[victim_node]["index"], index_of[victim_node]) << "index kept";
 
-  // SIGTERM: the daemon removes its own entry and only that, stops
-  // nvidia-imex, exits 0; the others drop it from their hosts files.
+  // SIGTERM: the daemon says NotReady, stops nvidia-imex, exits 0; its
+  // entry turns NotReady, the others are untouched. Its pod then goes: the
+  // entry goes, and the others drop it from their hosts files.
   DaemonNode& leaver = *nodes[3];
   const pid_t leaver_imex = ImexPid(leaver);
   ASSERT_EQ(kill(leaver.process->pid(), SIGTERM), 0);
   EXPECT_EQ(leaver.process->WaitExit(30s), std::optional<int>(0)) << Log(leaver);
   EXPECT_NE(kill(leaver_imex, 0), 0) << "nvidia-imex of the stopped daemon still runs";
   const std::string leaver_node = leaver.node;
+  ASSERT_TRUE(watch_->WaitFor(kClique, [&](const std::optional<json>& c) {
+    return c && Entries(*c).contains(leaver_node) && Entries(*c)[leaver_node].value("status", "") == "NotReady";
+  }));
+  k8s::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kNamespace, leaver.pod, now).ok());
   ASSERT_TRUE(watch_->WaitFor(kClique, [&](const std::optional<json>& c) {
     return c && Entries(*c).size() == 3 && !Entries(*c).contains(leaver_node);
   }));
@@ -577,12 +618,14 @@ TEST_F(CdDaemonTest, DaemonWaitsForItsIndexBeforeStartingImex) {
   auto n = MakeNode("node-waits", Ip(43));
   StartDaemon(*n, cd);
   const std::string node = n->node;
-  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) { return c && Entries(*c).contains(node); }))
-      << Log(*n);
-  const json entry = Entries(*watch_->Get(clique))[node];
-  EXPECT_FALSE(entry.contains("index")) << entry.dump();
-  EXPECT_EQ(entry.value("status", ""), "NotReady");
-  EXPECT_EQ(entry.value("ipAddress", ""), n->ip);
+  // It publishes NotReady on its pod; without an entry (no controller
+  // serves the clique yet) it does not start nvidia-imex.
+  ASSERT_TRUE(Eventually([&] {
+    auto pod = env_->client->Get(k8s::resources::kPods, kNamespace, n->pod);
+    return pod.ok() && (*pod)["metadata"].value("annotations", json::object())
+                               .value("resource.nvidia.com/computeDomain.daemonStatus", "") == "NotReady";
+  })) << Log(*n);
+  EXPECT_FALSE(watch_->Get(clique).has_value()) << "a daemon wrote the clique";
   EXPECT_EQ(ImexPid(*n), 0) << "nvidia-imex started without an index";
   const auto assigned_at = Clock::now();
   watch_->ServeIndexes(clique);
@@ -592,9 +635,12 @@ TEST_F(CdDaemonTest, DaemonWaitsForItsIndexBeforeStartingImex) {
   std::printf("BENCH cd_daemon.index_assigned_to_ready_ms=%.1f\n",
               std::chrono::duration<double, std::milli>(Clock::now() - assigned_at).count());
   EXPECT_EQ(Entries(*watch_->Get(clique))[node]["index"], 0);
+  EXPECT_EQ(Entries(*watch_->Get(clique))[node]["ipAddress"], n->ip);
   ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
   EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
-  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) { return c && Entries(*c).empty(); }));
+  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) {
+    return c && Entries(*c)[node].value("status", "") == "NotReady";
+  }));
   fs::remove_all(n->dir);
 }
 

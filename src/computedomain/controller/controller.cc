@@ -46,6 +46,13 @@ std::string Label(const json& o, std::string_view key) {
   auto it = map.find(std::string(key));
   return it != map.end() && it->is_string() ? it->get<std::string>() : "";
 }
+std::string Annotation(const json& o, std::string_view key) {
+  auto annotations = o.find("metadata");
+  if (annotations == o.end() || !annotations->contains("annotations")) return "";
+  const json& map = (*annotations)["annotations"];
+  auto it = map.find(std::string(key));
+  return it != map.end() && it->is_string() ? it->get<std::string>() : "";
+}
 bool HasLabel(const json& o, std::string_view key) {
   return o.contains("/metadata/labels"_json_pointer) && o["metadata"]["labels"].contains(std::string(key));
 }
@@ -257,7 +264,13 @@ void Controller::EnqueueByLabel(const ObjectPtr& object) {
   if (uid.empty()) return;
   auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
   if (!domains.ok()) return;
-  for (const ObjectPtr& cd : *domains) queue_.Add(Key(*cd));
+  for (const ObjectPtr& cd : *domains) {
+    queue_.Add(Key(*cd));
+    // A short hold gathers a burst of daemon changes into one clique write.
+    if (options_.cliques_enabled && !options_.host_managed) {
+      queue_.AddAfter(std::string(kCliquesPrefix) + Key(*cd), kCliqueBatchDelay);
+    }
+  }
   if (domains->empty() && !Deleting(*object)) {
     // An object of a domain this cache does not (or no longer) know: looked
     // at again a little later, when a domain just created would be cached.
@@ -346,7 +359,7 @@ Status Controller::Run(std::stop_token stop) {
       if (auto channel = ChannelOf(*cd)) channels_[Uid(*cd)] = *channel;
     }
   }
-  if (!options_.host_managed) RecordStartupDepartures();
+  if (!options_.host_managed && !options_.cliques_enabled) RecordStartupDepartures();
   if (Status status = CleanupStale(stop); !status.ok()) {
     // Not fatal: the objects stay until the next start; say so.
     LOG_WARNING("stale-object cleanup incomplete", {{"err", status}});
@@ -409,6 +422,12 @@ void Controller::Work(std::stop_token stop) {
 
 Status Controller::Reconcile(const std::string& key, std::stop_token stop) {
   if (key.starts_with(kGonePrefix)) return CleanupDomain(key.substr(kGonePrefix.size()), stop);
+  if (key.starts_with(kCliquesPrefix)) {
+    ObjectPtr cd = informers_->domains->store().Get(key.substr(kCliquesPrefix.size()));
+    // A domain going away: its cascade deletes the cliques.
+    if (!cd || Deleting(*cd) || !options_.cliques_enabled || options_.host_managed) return OkStatus();
+    return SyncCliques(*cd, stop);
+  }
   ObjectPtr object = informers_->domains->store().Get(key);
   if (!object) return OkStatus();  // gone: Teardown ran before its finalizer went
   const json& cd = *object;
@@ -440,8 +459,11 @@ Status Controller::ReconcileLive(const json& cd, std::stop_token stop) {
   if (!workload.ok()) return workload.status();
   RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *workload, stop));
   if (!options_.host_managed) {
-    RETURN_IF_ERROR(PruneDeparted(cd, stop));
-    RETURN_IF_ERROR(options_.cliques_enabled ? AssignCliqueIndexes(cd, stop) : AssignStatusIndexes(cd, stop));
+    // With cliques their entries are a work item of their own (kCliquesPrefix).
+    if (!options_.cliques_enabled) {
+      RETURN_IF_ERROR(PruneDeparted(cd, stop));
+      RETURN_IF_ERROR(AssignStatusIndexes(cd, stop));
+    }
   }
   return UpdateStatus(cd, stop);
 }
@@ -624,6 +646,8 @@ struct EntryList {
 };
 
 void Controller::RecordDeparture(const std::string& uid, const std::string& node, const std::string& ip) {
+  // With cliques, SyncCliques drops entries without a member pod itself.
+  if (options_.cliques_enabled) return;
   if (uid.empty() || node.empty() || ip.empty()) return;
   std::lock_guard lock(mu_);
   departed_[uid][node] = ip;
@@ -723,41 +747,164 @@ Status Controller::PruneDeparted(const json& cd, std::stop_token stop) {
   return first_error;
 }
 
-Status Controller::AssignCliqueIndexes(const json& cd, std::stop_token stop) {
+namespace {
+
+// Numeric resourceVersion (an etcd revision in practice); 0 when it is not one.
+std::uint64_t VersionNumber(const json& object) {
+  const std::string text = Str(object, "/metadata/resourceVersion"_json_pointer);
+  if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoull(text);
+}
+
+// A clique entry's fields the controller writes, in a fixed shape.
+json EntryOf(const std::string& node, const std::string& ip, const std::string& clique_id, const std::string& status,
+             std::optional<std::int64_t> index) {
+  json entry = {{"nodeName", node}, {"ipAddress", ip}, {"cliqueID", clique_id}, {"status", status}};
+  if (index) entry["index"] = *index;
+  return entry;
+}
+
+}  // namespace
+
+Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
+  const std::string uid = Uid(cd);
+  // The daemons that are members: scheduled, not terminating, with an IP
+  // and the clique label their daemon sets once it knows its clique. Joined
+  // in pod creation order (then name), so indexes follow the join order.
+  std::vector<json> pods = ByLabel(*informers_->pods, uid);
+  std::sort(pods.begin(), pods.end(), [](const json& a, const json& b) {
+    const auto ka = std::pair(Str(a, "/metadata/creationTimestamp"_json_pointer), Name(a));
+    const auto kb = std::pair(Str(b, "/metadata/creationTimestamp"_json_pointer), Name(b));
+    return ka < kb;
+  });
+  std::map<std::string, std::vector<const json*>> members_by_clique;
+  for (const json& pod : pods) {
+    // An empty clique ID: a node without a fabric, no clique (its daemon
+    // runs no IMEX; UpdateStatus lists it with index -1).
+    if (Deleting(pod) || Label(pod, kComputeDomainCliqueLabel).empty()) continue;
+    if (Str(pod, "/spec/nodeName"_json_pointer).empty() || Str(pod, "/status/podIP"_json_pointer).empty()) continue;
+    members_by_clique[Label(pod, kComputeDomainCliqueLabel)].push_back(&pod);
+  }
+  std::map<std::string, json> cliques;  // clique ID -> the newest object we know
+  for (const json& clique : ByLabel(*informers_->cliques, uid)) {
+    const std::string name = Name(clique);
+    const std::string prefix = uid + ".";
+    if (!name.starts_with(prefix)) continue;
+    json newest = clique;
+    {
+      // Our own last write may be newer than the cache (its watch event is
+      // on its way): compute from it, so we neither conflict nor repeat.
+      std::lock_guard lock(mu_);
+      auto it = cliques_written_.find(Namespace(clique) + "/" + name);
+      if (it != cliques_written_.end() && VersionNumber(it->second) > VersionNumber(clique)) newest = it->second;
+    }
+    cliques[name.substr(prefix.size())] = std::move(newest);
+  }
+  for (const auto& [clique_id, _] : members_by_clique) cliques.try_emplace(clique_id, json());
+
   Status first_error = OkStatus();
-  for (const json& clique : ByLabel(*informers_->cliques, Uid(cd))) {
-    const std::vector<CliqueMember> members = CliqueMembers(clique);
-    IndexAssignment assignment = AssignIndexes(members, options_.max_nodes_per_imex_domain);
+  for (auto& [clique_id, object] : cliques) {
+    const std::vector<const json*>& members = members_by_clique[clique_id];
+    std::map<std::string, const json*> pod_by_node;
+    for (const json* pod : members) pod_by_node.try_emplace(Str(*pod, "/spec/nodeName"_json_pointer), pod);
+    // Entries in list order: the listed nodes that still have a member pod
+    // (their index kept, their IP and status from the pod), then newcomers.
+    std::vector<CliqueMember> entries;
+    std::set<std::string> listed;
+    for (CliqueMember& m : CliqueMembers(object.is_null() ? json::object() : object)) {
+      auto it = pod_by_node.find(m.node_name);
+      if (it == pod_by_node.end() || !listed.insert(m.node_name).second) continue;
+      m.ip_address = Str(*it->second, "/status/podIP"_json_pointer);
+      m.clique_id = clique_id;
+      m.status = Annotation(*it->second, kDaemonStatusAnnotation) == kDaemonReady ? std::string(kDaemonReady)
+                                                                                  : std::string(kDaemonNotReady);
+      entries.push_back(std::move(m));
+    }
+    for (const json* pod : members) {
+      const std::string node = Str(*pod, "/spec/nodeName"_json_pointer);
+      if (!listed.insert(node).second) continue;
+      entries.push_back({.node_name = node,
+                         .ip_address = Str(*pod, "/status/podIP"_json_pointer),
+                         .clique_id = clique_id,
+                         .index = std::nullopt,
+                         .status = Annotation(*pod, kDaemonStatusAnnotation) == kDaemonReady
+                                       ? std::string(kDaemonReady)
+                                       : std::string(kDaemonNotReady)});
+    }
+    const std::string name = uid + "." + clique_id;
+    IndexAssignment assignment = AssignIndexes(entries, options_.max_nodes_per_imex_domain);
     for (const std::string& node : assignment.over_limit) {
       Emit(cd, k8s::EventType::kWarning, "CliqueFull",
            fmt::format("node {} cannot join clique {}: it already has {} daemons (--max-nodes-per-imex-domain); "
                        "its workload stays pending until one leaves",
-                       node, Name(clique), options_.max_nodes_per_imex_domain));
+                       node, name, options_.max_nodes_per_imex_domain));
     }
-    if (assignment.assigned.empty()) continue;
-    // Apply every index this manager owns: an apply that leaves one out
-    // would remove it.
-    json entries = json::array();
-    for (const CliqueMember& m : members) {
+    json daemons = json::array();
+    for (const CliqueMember& m : entries) {
       auto it = assignment.indexes.find(m.node_name);
-      if (it != assignment.indexes.end()) entries.push_back({{"nodeName", m.node_name}, {"index", it->second}});
+      daemons.push_back(EntryOf(m.node_name, m.ip_address, m.clique_id, m.status,
+                                it == assignment.indexes.end() ? std::nullopt : std::optional(it->second)));
     }
-    json intent = {{"apiVersion", kApiVersion},
-                   {"kind", "ComputeDomainClique"},
-                   {"metadata", {{"name", Name(clique)}, {"namespace", Namespace(clique)}}},
-                   {"daemons", entries}};
-    const std::string memo_key = "clique/" + Key(clique);
-    const std::string base = Str(clique, "/metadata/resourceVersion"_json_pointer);
-    if (AlreadyWritten(memo_key, base, intent)) continue;  // our write is not in the cache yet
-    CountWrite();
-    auto result = client_.Apply(k8s::resources::kComputeDomainCliques, Namespace(clique), intent,
-                                ApplyOptions(), stop);
-    if (result.ok()) RememberWrite(memo_key, base, Str(*result, "/metadata/resourceVersion"_json_pointer), intent);
-    if (!result.ok()) {
-      if (first_error.ok()) first_error = result.status();
-      continue;
+
+    // Owner references: every member pod's (the clique goes with its last
+    // daemon, as when daemons wrote it); earlier ones are kept.
+    json owners = object.is_null() ? json::array()
+                                   : object.value("/metadata/ownerReferences"_json_pointer, json::array());
+    std::set<std::string> owner_uids;
+    for (const json& ref : owners) owner_uids.insert(ref.value("uid", ""));
+    for (const json* pod : members) {
+      if (owner_uids.insert(Uid(*pod)).second) {
+        owners.push_back({{"apiVersion", "v1"}, {"kind", "Pod"}, {"name", Name(*pod)}, {"uid", Uid(*pod)}});
+      }
     }
-    LOG_INFO(1, "indexes assigned", {{"clique", Name(clique)}, {"nodes", fmt::format("{}", fmt::join(assignment.assigned, ","))}});
+
+    json written;
+    if (object.is_null()) {
+      if (daemons.empty()) continue;
+      json clique = {{"apiVersion", kApiVersion},
+                     {"kind", "ComputeDomainClique"},
+                     {"metadata",
+                      {{"name", name},
+                       {"namespace", options_.driver_namespace},
+                       {"labels", {{std::string(kComputeDomainLabel), uid},
+                                   {std::string(kComputeDomainCliqueLabel), clique_id}}},
+                       {"ownerReferences", owners}}},
+                     {"daemons", daemons}};
+      CountWrite();
+      auto result = client_.Create(k8s::resources::kComputeDomainCliques, options_.driver_namespace, clique,
+                                   WriteOptions(), stop);
+      if (!result.ok()) {
+        if (first_error.ok()) first_error = result.status();
+        continue;
+      }
+      written = std::move(*result);
+    } else {
+      const json have = object.value("daemons", json::array());
+      const json have_owners = object.value("/metadata/ownerReferences"_json_pointer, json::array());
+      if (have == daemons && have_owners == owners) continue;
+      json updated = object;
+      updated["daemons"] = daemons;
+      updated["metadata"]["ownerReferences"] = owners;
+      updated["metadata"].erase("managedFields");
+      CountWrite();
+      // With the resourceVersion we computed from: the controller is the
+      // only writer, so a conflict means a stale cache (retried).
+      auto result = client_.Update(k8s::resources::kComputeDomainCliques, Namespace(object), updated,
+                                   WriteOptions(), stop);
+      if (!result.ok()) {
+        if (first_error.ok()) first_error = result.status();
+        continue;
+      }
+      written = std::move(*result);
+    }
+    if (!assignment.assigned.empty()) {
+      LOG_INFO(1, "indexes assigned",
+               {{"clique", name}, {"nodes", fmt::format("{}", fmt::join(assignment.assigned, ","))}});
+    }
+    LOG_INFO(2, "clique entries written", {{"clique", name}, {"entries", daemons.size()},
+                                           {"resourceVersion", Str(written, "/metadata/resourceVersion"_json_pointer)}});
+    std::lock_guard lock(mu_);
+    cliques_written_[options_.driver_namespace + "/" + name] = std::move(written);
   }
   return first_error;
 }
@@ -999,7 +1146,8 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     channels_.erase(uid);
     last_why_.erase(uid);
     written_.erase("status/" + uid);
-    std::erase_if(written_, [&](const auto& item) { return item.first.starts_with("clique/" + options_.driver_namespace + "/" + uid + "."); });
+    std::erase_if(cliques_written_,
+                  [&](const auto& item) { return item.first.starts_with(options_.driver_namespace + "/" + uid + "."); });
   }
   LOG_INFO(0, "ComputeDomain torn down", {{"computeDomain", Key(cd)}, {"uid", uid}});
   return OkStatus();
@@ -1032,6 +1180,8 @@ Status Controller::CleanupDomain(const std::string& uid, std::stop_token stop) {
     last_why_.erase(uid);
     departed_.erase(uid);
     written_.erase("status/" + uid);
+    std::erase_if(cliques_written_,
+                  [&](const auto& item) { return item.first.starts_with(options_.driver_namespace + "/" + uid + "."); });
   }
   return first_error;
 }

@@ -120,6 +120,11 @@ class Controller {
   // (objects by label, node labels), unless the domain is cached after all.
   common::Status CleanupDomain(const std::string& uid, std::stop_token stop);
   static constexpr std::string_view kGonePrefix = "gone/";
+  // Work items "cliques/<ns>/<name>": the domain's clique entries
+  // (SyncCliques), apart from the domain's own reconcile, so that writing
+  // the domain's objects and status never holds a clique write back.
+  static constexpr std::string_view kCliquesPrefix = "cliques/";
+  static constexpr std::chrono::milliseconds kCliqueBatchDelay{20};
   static constexpr std::chrono::seconds kGoneDelay{2};
 
   // Writes with bookkeeping.
@@ -134,7 +139,13 @@ class Controller {
   void RecordDeparture(const std::string& uid, const std::string& node, const std::string& ip);
   // At start: entries whose node has no daemon pod of their domain.
   void RecordStartupDepartures();
-  common::Status AssignCliqueIndexes(const nlohmann::json& cd, std::stop_token stop);
+  // Writes the domain's cliques from its daemon pods: one entry per member
+  // pod (scheduled, not terminating, with an IP and the clique label), its
+  // IP from the pod, its status from the pod's daemon-status annotation,
+  // its index kept or newly assigned; entries of nodes without a member pod
+  // go. Creates a clique when its first member appears. The controller is
+  // the only writer of clique entries (clique_membership.h says why).
+  common::Status SyncCliques(const nlohmann::json& cd, std::stop_token stop);
   common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
   // Deletes (propagation Background); an absent object is OK.
@@ -181,7 +192,9 @@ class Controller {
     std::string result_version;  // the object the write made
     nlohmann::json body;
   };
-  std::map<std::string, Written> written_;  // "status/<uid>" or "clique/<ns>/<name>" -> last write
+  std::map<std::string, Written> written_;  // "status/<uid>" -> last write
+  // "<ns>/<name>" of a clique -> the object our last write of it made
+  std::map<std::string, nlohmann::json> cliques_written_;
   ControllerStats stats_;
 
   // Last: stopped before the members above go.

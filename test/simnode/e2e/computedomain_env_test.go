@@ -14,8 +14,8 @@ package e2e
 //     upstream templates/compute-domain-daemon*.tmpl.yaml and
 //     compute-domain-workload-claim-template.tmpl.yaml, names and labels as
 //     upstream's controller gives them);
-//   - a clique watch that plays the controller's single index writer and
-//     records when entries change.
+//   - a clique watch that plays the controller, the single writer of clique
+//     entries (from the daemon pods), and records when entries change.
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -84,6 +85,8 @@ const (
 	imexCapMinor          = 1
 	maxNodesPerIMEXDomain = 18
 	cdIndexWriter         = "e2e-index-writer"
+	// A daemon's status, published on its own pod (clique_membership.h).
+	cdDaemonStatusAnnotation = "resource.nvidia.com/computeDomain.daemonStatus"
 
 	// ctest sets these from the CMake build (see CMakeLists.txt); without
 	// them the binaries are looked for under $NVDRA_BUILD_DIR or build/.
@@ -356,7 +359,7 @@ func installCDDriver(ctx context.Context, t *testing.T, client kubernetes.Interf
 			{APIGroups: []string{"resource.nvidia.com"}, Resources: []string{"computedomains", "computedomains/status"},
 				Verbs: []string{"get", "list", "watch", "update", "patch"}},
 			{APIGroups: []string{"resource.nvidia.com"}, Resources: []string{"computedomaincliques"},
-				Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+				Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch"}},
 		},
 	}))
@@ -682,18 +685,23 @@ type entryChange struct {
 }
 
 // cliqueWatch follows the driver namespace's ComputeDomainCliques with an
-// informer and plays the compute-domain controller's single index writer:
-// each new entry gets the lowest free index by server-side apply under its
-// own field manager (the daemons never write one), except entries of nodes
-// on hold, which wait until Release. Indexes stay with their entry. Safe for
-// concurrent use.
+// informer and plays the compute-domain controller, the only writer of
+// clique entries: from the domain's daemon pods (a daemon publishes its
+// clique label and its status annotation on its own pod; node and IP from
+// the pod) it writes every clique's entries by server-side apply under its
+// own field manager, each new node with the lowest free index, except nodes
+// on hold, whose entries get none until Release. Indexes stay with their
+// node while its pod lives. Safe for concurrent use.
 type cliqueWatch struct {
 	dyn dynamic.Interface
 
+	writeMu sync.Mutex // one write pass at a time
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every change
 	cliques map[string]*unstructured.Unstructured
-	given   map[string]map[string]int64 // clique -> node -> index this writer gave
+	pods    map[string]*unstructured.Unstructured // daemon pods by name
+	given   map[string]map[string]int64           // clique -> node -> index this writer gave
+	written map[string][]any                      // clique -> entries last applied
 	hold    map[string]bool
 	changes []entryChange
 	errs    []error
@@ -705,24 +713,33 @@ func startCliqueWatch(t *testing.T, dyn dynamic.Interface, hold ...string) *cliq
 	t.Helper()
 	w := &cliqueWatch{
 		dyn: dyn, changed: make(chan struct{}), cliques: map[string]*unstructured.Unstructured{},
-		given: map[string]map[string]int64{}, hold: map[string]bool{},
+		pods: map[string]*unstructured.Unstructured{}, given: map[string]map[string]int64{},
+		written: map[string][]any{}, hold: map[string]bool{},
 	}
 	for _, n := range hold {
 		w.hold[n] = true
+	}
+	unwrap := func(obj any) any {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			return d.Obj
+		}
+		return obj
 	}
 	factory := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, cdDriverNamespace, nil)
 	informer := factory.ForResource(cliqueGVR).Informer()
 	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.onChange(obj, false) },
 		UpdateFunc: func(_, obj any) { w.onChange(obj, false) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			w.onChange(obj, true)
-		},
+		DeleteFunc: func(obj any) { w.onChange(unwrap(obj), true) },
 	})
 	must(t, "clique informer handler", err)
+	podInformer := factory.ForResource(corev1.SchemeGroupVersion.WithResource("pods")).Informer()
+	_, err = podInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.onPod(obj, false) },
+		UpdateFunc: func(_, obj any) { w.onPod(obj, false) },
+		DeleteFunc: func(obj any) { w.onPod(unwrap(obj), true) },
+	})
+	must(t, "pod informer handler", err)
 	stop := make(chan struct{})
 	factory.Start(stop)
 	t.Cleanup(func() {
@@ -731,7 +748,7 @@ func startCliqueWatch(t *testing.T, dyn dynamic.Interface, hold ...string) *cliq
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, err := range w.errs {
-			t.Errorf("index writer: %v", err)
+			t.Errorf("clique writer: %v", err)
 		}
 	})
 	return w
@@ -744,7 +761,6 @@ func (w *cliqueWatch) onChange(obj any, deleted bool) {
 	}
 	now := time.Now()
 	name := u.GetName()
-	var apply map[string]int64
 	w.mu.Lock()
 	before := map[string]cliqueEntry{}
 	if old := w.cliques[name]; old != nil {
@@ -753,6 +769,7 @@ func (w *cliqueWatch) onChange(obj any, deleted bool) {
 	entries := map[string]cliqueEntry{}
 	if deleted {
 		delete(w.cliques, name)
+		delete(w.written, name)
 	} else {
 		w.cliques[name] = u
 		entries = cliqueEntries(u)
@@ -767,71 +784,109 @@ func (w *cliqueWatch) onChange(obj any, deleted bool) {
 			w.changes = append(w.changes, entryChange{clique: name, node: node, status: "Removed", at: now})
 		}
 	}
-	if !deleted {
-		apply = w.assignLocked(name, entries)
-	}
 	close(w.changed)
 	w.changed = make(chan struct{})
 	w.mu.Unlock()
-	if apply != nil {
-		w.apply(name, apply)
-	}
 }
 
-// assignLocked gives new entries of clique the lowest free index and returns
-// the writer's whole intent for the clique when it must be applied.
-func (w *cliqueWatch) assignLocked(clique string, entries map[string]cliqueEntry) map[string]int64 {
-	given := w.given[clique]
-	if given == nil {
-		given = map[string]int64{}
-		w.given[clique] = given
+func (w *cliqueWatch) onPod(obj any, deleted bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetLabels()[cdLabelKey] == "" {
+		return
 	}
-	for node := range given {
-		if _, ok := entries[node]; !ok {
-			delete(given, node) // left: its index is free again
-		}
+	w.mu.Lock()
+	if deleted {
+		delete(w.pods, u.GetName())
+	} else {
+		w.pods[u.GetName()] = u
 	}
-	changed := false
-	nodes := make([]string, 0, len(entries))
-	for node := range entries {
-		nodes = append(nodes, node)
-	}
-	sort.Strings(nodes)
-	for _, node := range nodes {
-		if _, ok := given[node]; ok || w.hold[node] {
+	w.mu.Unlock()
+	w.sync()
+}
+
+// sync writes every clique whose entries, as the pods say, differ from what
+// this writer last applied.
+func (w *cliqueWatch) sync() {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	type member struct{ ip, status, cliqueID string }
+	w.mu.Lock()
+	members := map[string]map[string]member{} // clique -> node -> member
+	for _, p := range w.pods {
+		uid, cid := p.GetLabels()[cdLabelKey], p.GetLabels()[cdCliqueLabelKey]
+		node, _, _ := unstructured.NestedString(p.Object, "spec", "nodeName")
+		ip, _, _ := unstructured.NestedString(p.Object, "status", "podIP")
+		if p.GetDeletionTimestamp() != nil || uid == "" || cid == "" || node == "" || ip == "" {
 			continue
 		}
-		used := map[int64]bool{}
-		for _, i := range given {
-			used[i] = true
+		status := "NotReady"
+		if p.GetAnnotations()[cdDaemonStatusAnnotation] == "Ready" {
+			status = "Ready"
 		}
-		var i int64
-		for used[i] {
-			i++
+		clique := uid + "." + cid
+		if members[clique] == nil {
+			members[clique] = map[string]member{}
 		}
-		given[node] = i
-		changed = true
+		members[clique][node] = member{ip: ip, status: status, cliqueID: cid}
 	}
-	for node := range given {
-		if entries[node].Index == nil {
-			changed = true // the entry was made anew: give its index again
+	for clique := range w.given {
+		if members[clique] == nil {
+			members[clique] = map[string]member{}
 		}
 	}
-	if !changed {
-		return nil
+	intents := map[string][]any{}
+	for clique, nodes := range members {
+		given := w.given[clique]
+		if given == nil {
+			given = map[string]int64{}
+			w.given[clique] = given
+		}
+		for node := range given {
+			if _, ok := nodes[node]; !ok {
+				delete(given, node) // left: its index is free again
+			}
+		}
+		names := make([]string, 0, len(nodes))
+		for node := range nodes {
+			names = append(names, node)
+		}
+		sort.Strings(names)
+		for _, node := range names {
+			if _, ok := given[node]; ok || w.hold[node] {
+				continue
+			}
+			used := map[int64]bool{}
+			for _, i := range given {
+				used[i] = true
+			}
+			var i int64
+			for used[i] {
+				i++
+			}
+			given[node] = i
+		}
+		daemons := []any{}
+		for _, node := range names {
+			m := nodes[node]
+			entry := map[string]any{"nodeName": node, "ipAddress": m.ip, "cliqueID": m.cliqueID, "status": m.status}
+			if i, ok := given[node]; ok {
+				entry["index"] = i
+			}
+			daemons = append(daemons, entry)
+		}
+		if last, ok := w.written[clique]; (ok && reflect.DeepEqual(last, daemons)) || (!ok && len(daemons) == 0) {
+			continue
+		}
+		w.written[clique] = daemons
+		intents[clique] = daemons
 	}
-	out := map[string]int64{}
-	for k, v := range given {
-		out[k] = v
+	w.mu.Unlock()
+	for clique, daemons := range intents {
+		w.apply(clique, daemons)
 	}
-	return out
 }
 
-func (w *cliqueWatch) apply(clique string, indexes map[string]int64) {
-	var daemons []any
-	for node, i := range indexes {
-		daemons = append(daemons, map[string]any{"nodeName": node, "index": i})
-	}
+func (w *cliqueWatch) apply(clique string, daemons []any) {
 	intent := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "resource.nvidia.com/v1beta1",
 		"kind":       "ComputeDomainClique",
@@ -842,25 +897,20 @@ func (w *cliqueWatch) apply(clique string, indexes map[string]int64) {
 	defer cancel()
 	_, err := w.dyn.Resource(cliqueGVR).Namespace(cdDriverNamespace).Apply(ctx, clique, intent,
 		metav1.ApplyOptions{FieldManager: cdIndexWriter, Force: true})
-	if err != nil && !apierrors.IsNotFound(err) && !errors.Is(err, context.Canceled) {
+	if err != nil && !errors.Is(err, context.Canceled) {
 		w.mu.Lock()
-		w.errs = append(w.errs, fmt.Errorf("apply indexes %v to %s: %w", indexes, clique, err))
+		delete(w.written, clique) // write again on the next change
+		w.errs = append(w.errs, fmt.Errorf("apply entries %v to %s: %w", daemons, clique, err))
 		w.mu.Unlock()
 	}
 }
 
 // Release lets the held node's entries get an index.
 func (w *cliqueWatch) Release(node string) {
-	var pending []*unstructured.Unstructured
 	w.mu.Lock()
 	delete(w.hold, node)
-	for _, u := range w.cliques {
-		pending = append(pending, u)
-	}
 	w.mu.Unlock()
-	for _, u := range pending {
-		w.onChange(u, false)
-	}
+	w.sync()
 }
 
 // WaitForChanges waits, on informer events, until cond holds for the entry

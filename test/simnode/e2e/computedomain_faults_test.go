@@ -76,6 +76,7 @@ var cdCascadeCrashPoints = []string{
 //     cascade and nothing is left (DaemonSet, claim templates, cliques,
 //     node labels, daemon pods, finalizer). SIMNODE_CD_CASCADE_CRASH_POINTS
 //     narrows them (comma-separated, "-" for none).
+//
 // Convergence times are logged, not asserted. About 2.5 minutes.
 func TestComputeDomainFaults(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -316,8 +317,8 @@ func TestComputeDomainFaults(t *testing.T) {
 	}
 	for i, point := range points {
 		t.Run("ControllerCrash/"+point, func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-		defer cancel()
+			ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+			defer cancel()
 			ctl := setControllerCrashPoint(ctx, t, c, point)
 			cd := c.CreateComputeDomain(ctx, t, cdSpec{Namespace: faultsNamespace, Name: fmt.Sprintf("crash-%d", i), NumNodes: 2})
 			nodes := []string{partitioned, spare}

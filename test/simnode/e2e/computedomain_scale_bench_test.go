@@ -266,6 +266,10 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 	r.ControllerErrors = topCounts(errs, 3)
 	if dir := os.Getenv("SIMNODE_CD_SCALE_LOGS"); dir != "" {
 		saveScaleLogs(ctx, t, &fast, filepath.Join(dir, fmt.Sprintf("nodes-%d", n)), controller.Name)
+		// The API server's audit log too: who asked what, when.
+		if data, err := os.ReadFile(auditPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("nodes-%d", n), "audit.log"), data, 0o644)
+		}
 	}
 
 	r.Idle = countAudit(t, auditPath, idleFrom, idleTo)
@@ -279,17 +283,17 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 // The stages of one node's part of the workload, in the order they happen
 // (scaleRecorder keys its times by these).
 const (
-	stageWorkerScheduled = "worker scheduled"      // the scheduler bound the worker (claim allocated)
-	stageNodeLabelled    = "node labelled"         // the plugin's domain label on the Node (first prepare attempt)
-	stageDaemonScheduled = "daemon scheduled"      // the domain's DaemonSet pod bound to the node
-	stageDaemonRunning   = "daemon running"        // its container started
-	stageEntry           = "clique entry"          // the daemon's entry in its clique
-	stageIndex           = "index assigned"        // the controller's index in that entry
-	stageEntryReady      = "entry Ready"           // the daemon's Ready status in the entry
-	stagePrepared        = "channel prepared"      // the plugin's "claim prepared" (log stamp)
-	stageWorkerRunning   = "worker Running"        // the worker's container started
-	stageDaemonReady     = "daemon pod Ready"      // the kubelet's readiness probe passed
-	stageStatusReady     = "status node Ready"     // the node Ready in the domain's status.nodes
+	stageWorkerScheduled = "worker scheduled"  // the scheduler bound the worker (claim allocated)
+	stageNodeLabelled    = "node labelled"     // the plugin's domain label on the Node (first prepare attempt)
+	stageDaemonScheduled = "daemon scheduled"  // the domain's DaemonSet pod bound to the node
+	stageDaemonRunning   = "daemon running"    // its container started
+	stageEntry           = "clique entry"      // the daemon's entry in its clique
+	stageIndex           = "index assigned"    // the controller's index in that entry
+	stageEntryReady      = "entry Ready"       // the daemon's Ready status in the entry
+	stagePrepared        = "channel prepared"  // the plugin's "claim prepared" (log stamp)
+	stageWorkerRunning   = "worker Running"    // the worker's container started
+	stageDaemonReady     = "daemon pod Ready"  // the kubelet's readiness probe passed
+	stageStatusReady     = "status node Ready" // the node Ready in the domain's status.nodes
 )
 
 var cdScaleStages = []string{stageWorkerScheduled, stageNodeLabelled, stageDaemonScheduled, stageDaemonRunning,

@@ -525,7 +525,7 @@ func (e *cdEnvironment) reportPrepareTimings(ctx context.Context, t *testing.T, 
 	t.Helper()
 	for _, node := range e.fabric {
 		dlog := e.containerLog(ctx, t, cdDriverNamespace, daemons[node].Name, cdDaemonContainer)
-		ready, ok := firstLine(dlog, `"clique entry written"`, `status="Ready"`)
+		ready, ok := firstLine(dlog, `"status published"`, `status="Ready"`)
 		if !ok || len(dlog) == 0 {
 			t.Errorf("daemon on %s: no Ready entry write in its log (%d lines)", node, len(dlog))
 			continue

@@ -58,16 +58,28 @@ if(NVDRA_MINIMAL_CURL)
                   "curl_${_nvdra_curl_debian}.debian.tar.xz;${_nvdra_curl_debian_sha256}")
       list(GET _pair 0 _file)
       list(GET _pair 1 _sum)
-      if(_nvdra_curl_ok)
-        # Downloads only when the cached file is missing or its sum is wrong.
-        file(DOWNLOAD ${_nvdra_curl_pool}/${_file} ${_nvdra_curl_root}/${_file}
-             EXPECTED_HASH SHA256=${_sum} TLS_VERIFY ON TIMEOUT 120 STATUS _status)
+      set(_path ${_nvdra_curl_root}/${_file})
+      set(_have "")
+      if(EXISTS ${_path})
+        file(SHA256 ${_path} _have)
+      endif()
+      # Downloads only when the cached file is missing or its sum is wrong.
+      # (Not file(DOWNLOAD EXPECTED_HASH): a failed download is then a
+      # configure error, and offline must fall back instead.)
+      if(_nvdra_curl_ok AND NOT _have STREQUAL _sum)
+        file(DOWNLOAD ${_nvdra_curl_pool}/${_file} ${_path}.part TLS_VERIFY ON TIMEOUT 120 STATUS _status)
         list(GET _status 0 _code)
-        if(NOT _code EQUAL 0)
-          list(GET _status 1 _why)
+        list(GET _status 1 _why)
+        if(_code EQUAL 0)
+          file(SHA256 ${_path}.part _have)
+          set(_why "SHA-256 ${_have}, expected ${_sum}")
+        endif()
+        if(_code EQUAL 0 AND _have STREQUAL _sum)
+          file(RENAME ${_path}.part ${_path})
+        else()
           message(WARNING "NVDRA_MINIMAL_CURL: cannot get ${_nvdra_curl_pool}/${_file} (${_why}); "
                           "using Debian's libcurl. Configure again when online, or set -DNVDRA_MINIMAL_CURL=OFF.")
-          file(REMOVE ${_nvdra_curl_root}/${_file})
+          file(REMOVE ${_path}.part)
           set(_nvdra_curl_ok FALSE)
         endif()
       endif()
@@ -76,8 +88,10 @@ if(NVDRA_MINIMAL_CURL)
       file(REMOVE_RECURSE ${_nvdra_curl_dir})
       file(MAKE_DIRECTORY ${_nvdra_curl_dir})
     endif()
-    _nvdra_curl_step("unpacking the source"
+    _nvdra_curl_step("unpacking curl's source"
       COMMAND ${CMAKE_COMMAND} -E tar xf ${_nvdra_curl_root}/curl_${_nvdra_curl_version}.orig.tar.gz
+      WORKING_DIRECTORY ${_nvdra_curl_dir})
+    _nvdra_curl_step("unpacking Debian's patches"
       COMMAND ${CMAKE_COMMAND} -E tar xf ${_nvdra_curl_root}/curl_${_nvdra_curl_debian}.debian.tar.xz
       WORKING_DIRECTORY ${_nvdra_curl_dir})
     # Debian's patches in series order, as dpkg-source applies them.

@@ -860,5 +860,54 @@ TEST_F(CdControllerTest, ManyDaemonsAtOnceAreWrittenByTheControllerAlone) {
   DeleteCdAndExpectNothingLeft(cd);
 }
 
+// A workload claim made from the domain's template (it carries the
+// template's labels) is allocated by the scheduler: the controller labels
+// the allocated node for the domain at once, before any kubelet prepares
+// the claim; a node that serves another domain keeps its label. Teardown
+// removes the label it set.
+TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
+  auto controller = StartController("ctl-alloc");
+  json cd = CreateCd("cd-alloc", 1);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
+  EnsureNode("alloc-free");
+  CreateNode("alloc-busy", "another-domain");
+  auto allocate = [&](const std::string& claim, const std::string& node) {
+    const json request = {{"name", "channel"},
+                          {"exactly", {{"deviceClassName", "compute-domain-default-channel.nvidia.com"}}}};
+    json object = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata",
+         {{"name", claim}, {"namespace", kUserNs}, {"labels", {{kCdLabel, uid}, {kTargetLabel, "Workload"}}}}},
+        {"spec", {{"devices", {{"requests", json::array({request})}}}}}};
+    auto created = env_->client->Create(k8s::resources::kResourceClaims, kUserNs, object);
+    ASSERT_TRUE(created.ok()) << created.status();
+    // As the scheduler writes it for a device of the node's own pool.
+    const json result = {
+        {"request", "channel"}, {"driver", "compute-domain.nvidia.com"}, {"pool", node}, {"device", "channel-0"}};
+    const json field = {{"key", "metadata.name"}, {"operator", "In"}, {"values", json::array({node})}};
+    json allocation = {
+        {"devices", {{"results", json::array({result})}}},
+        {"nodeSelector", {{"nodeSelectorTerms", json::array({{{"matchFields", json::array({field})}}})}}}};
+    auto patched = env_->client->Patch(k8s::resources::kResourceClaims, kUserNs, claim, k8s::PatchType::kMerge,
+                                       {{"status", {{"allocation", allocation}}}}, StatusPatch());
+    ASSERT_TRUE(patched.ok()) << patched.status();
+  };
+  allocate("worker-busy-channel", "alloc-busy");
+  allocate("worker-free-channel", "alloc-free");
+  constexpr char kNodeLabel[] = "/metadata/labels/resource.nvidia.com~1computeDomain";
+  ASSERT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel) == uid; }))
+      << nodes_->Get("alloc-free").value_or(json()).dump();
+  EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");
+  for (const char* claim : {"worker-busy-channel", "worker-free-channel"}) {
+    EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, kUserNs, claim).ok());
+  }
+  DeleteCdAndExpectNothingLeft(cd);
+  EXPECT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel).empty(); }));
+  EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -172,10 +172,14 @@ struct Controller::Informers {
   std::unique_ptr<k8s::cache::Informer> pods;
   std::unique_ptr<k8s::cache::Informer> daemon_sets;
   std::unique_ptr<k8s::cache::Informer> claim_templates;
+  // Workload claims made from domains' templates (by label), and the nodes
+  // labelled for a domain: early node labelling.
+  std::unique_ptr<k8s::cache::Informer> claims;
+  std::unique_ptr<k8s::cache::Informer> labelled_nodes;
 
   std::vector<k8s::cache::Informer*> All() const {
     std::vector<k8s::cache::Informer*> out;
-    for (auto* p : {&domains, &cliques, &pods, &daemon_sets, &claim_templates}) {
+    for (auto* p : {&domains, &cliques, &pods, &daemon_sets, &claim_templates, &claims, &labelled_nodes}) {
       if (*p) out.push_back(p->get());
     }
     return out;
@@ -297,6 +301,8 @@ Status Controller::Run(std::stop_token stop) {
     }
     informers_->pods = make(k8s::resources::kPods, options_.driver_namespace, label, k8s::cache::DefaultIndexers());
     informers_->daemon_sets = make(Ds(), options_.driver_namespace, label, k8s::cache::DefaultIndexers());
+    informers_->claims = make(k8s::resources::kResourceClaims, "", label, k8s::cache::DefaultIndexers());
+    informers_->labelled_nodes = make(k8s::resources::kNodes, "", label, k8s::cache::DefaultIndexers());
   }
   informers_->claim_templates = make(Rct(), "", label, k8s::cache::DefaultIndexers());
 
@@ -327,9 +333,26 @@ Status Controller::Run(std::stop_token stop) {
       .needs_old_object = false,
   };
   for (auto* informer : informers_->All()) {
-    if (informer != informers_->domains.get() && informer != informers_->pods.get()) {
+    if (informer != informers_->domains.get() && informer != informers_->pods.get() &&
+        informer != informers_->claims.get() && informer != informers_->labelled_nodes.get()) {
       informer->AddEventHandler(by_label);
     }
+  }
+  if (informers_->claims) {
+    // A workload claim just allocated: label its node at once (see
+    // LabelAllocatedNode).
+    auto allocated = [this](const ObjectPtr& o) {
+      if (o && o->contains("/status/allocation"_json_pointer) && !Deleting(*o) &&
+          Label(*o, kTargetLabel) == "Workload") {
+        queue_.Add(std::string(kAllocatedPrefix) + Key(*o));
+      }
+    };
+    informers_->claims->AddEventHandler({.on_add = allocated,
+                                         .on_update = [allocated](const ObjectPtr&, const ObjectPtr& o) {
+                                           allocated(o);
+                                         },
+                                         .on_delete = [](const ObjectPtr&) {},
+                                         .needs_old_object = false});
   }
   if (informers_->pods) {
     k8s::cache::EventHandler pods = by_label;
@@ -422,6 +445,7 @@ void Controller::Work(std::stop_token stop) {
 
 Status Controller::Reconcile(const std::string& key, std::stop_token stop) {
   if (key.starts_with(kGonePrefix)) return CleanupDomain(key.substr(kGonePrefix.size()), stop);
+  if (key.starts_with(kAllocatedPrefix)) return LabelAllocatedNode(key.substr(kAllocatedPrefix.size()), stop);
   if (key.starts_with(kCliquesPrefix)) {
     ObjectPtr cd = informers_->domains->store().Get(key.substr(kCliquesPrefix.size()));
     // A domain going away: its cascade deletes the cliques.
@@ -1063,6 +1087,73 @@ Status Controller::ReleaseOwned(const k8s::ResourceRef& ref, const std::string& 
     return common::FailedPreconditionError(fmt::format("{} {}/{} still exists and is not being deleted", ref.Name(), ns, name));
   }
   return common::UnavailableError(fmt::format("{} {}/{} is still being deleted", ref.Name(), ns, name));
+}
+
+namespace {
+
+// The node a claim's devices were allocated on: the allocation's node
+// selector (metadata.name In [node]), as the scheduler writes it for devices
+// of a node-local pool; "" when it names no single node.
+std::string AllocatedNodeName(const json& claim) {
+  const json::json_pointer terms_at("/status/allocation/nodeSelector/nodeSelectorTerms");
+  if (!claim.contains(terms_at) || !claim.at(terms_at).is_array()) return "";
+  for (const json& term : claim.at(terms_at)) {
+    for (const json& field : term.value("matchFields", json::array())) {
+      const json values = field.value("values", json::array());
+      if (field.value("key", "") == "metadata.name" && field.value("operator", "") == "In" && values.size() == 1 &&
+          values[0].is_string()) {
+        return values[0].get<std::string>();
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Status Controller::LabelAllocatedNode(const std::string& claim_key, std::stop_token stop) {
+  ObjectPtr claim = informers_->claims->store().Get(claim_key);
+  if (!claim || Deleting(*claim)) return OkStatus();
+  const std::string uid = Label(*claim, kComputeDomainLabel);
+  const std::string node = AllocatedNodeName(*claim);
+  if (uid.empty() || node.empty()) return OkStatus();
+  auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
+  if (!domains.ok() || domains->empty() || Deleting(*domains->front())) return OkStatus();
+  // One writer of this decision at a time: two domains' claims on one node
+  // (channel isolation) must not both label it.
+  std::lock_guard label_lock(label_mu_);
+  std::string current;
+  if (ObjectPtr labelled = informers_->labelled_nodes->store().Get(node)) {
+    current = Label(*labelled, kComputeDomainLabel);
+  }
+  {
+    // Our own recent write, not in the cache yet.
+    std::lock_guard lock(mu_);
+    auto it = node_labels_written_.find(node);
+    if (current.empty() && it != node_labels_written_.end() &&
+        k8s::workqueue::RealClock().Now() - it->second.second < kNodeLabelMemory) {
+      current = it->second.first;
+    }
+  }
+  if (current == uid) return OkStatus();
+  if (!current.empty()) {
+    // The kubelet plugin refuses the claim with the reason when it prepares it.
+    LOG_INFO(1, "not labelling a node that serves another ComputeDomain",
+             {{"node", node}, {"computeDomain", uid}, {"labelled", current}, {"claim", claim_key}});
+    return OkStatus();
+  }
+  CountWrite();
+  auto patched = client_.Patch(k8s::resources::kNodes, "", node, k8s::PatchType::kMerge,
+                               {{"metadata", {{"labels", {{std::string(kComputeDomainLabel), uid}}}}}},
+                               PatchOptions(), stop);
+  if (!patched.ok()) return k8s::IsNotFound(patched.status()) ? OkStatus() : patched.status();
+  {
+    std::lock_guard lock(mu_);
+    node_labels_written_[node] = {uid, k8s::workqueue::RealClock().Now()};
+  }
+  LOG_INFO(2, "node labelled for a ComputeDomain when its channel was allocated",
+           {{"node", node}, {"computeDomain", uid}, {"claim", claim_key}});
+  return OkStatus();
 }
 
 Status Controller::RemoveNodeLabels(const std::string& uid, std::stop_token stop) {

@@ -125,6 +125,11 @@ class Controller {
   // the domain's objects and status never holds a clique write back.
   static constexpr std::string_view kCliquesPrefix = "cliques/";
   static constexpr std::chrono::milliseconds kCliqueBatchDelay{20};
+  // Work items "allocated/<ns>/<claim>": a workload claim of a domain was
+  // allocated (LabelAllocatedNode).
+  static constexpr std::string_view kAllocatedPrefix = "allocated/";
+  // How long our own node label write stands in for the node cache.
+  static constexpr std::chrono::seconds kNodeLabelMemory{10};
   static constexpr std::chrono::seconds kGoneDelay{2};
 
   // Writes with bookkeeping.
@@ -156,6 +161,15 @@ class Controller {
   common::Status ReleaseOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
                               std::stop_token stop);
   common::Status RemoveNodeLabels(const std::string& uid_or_all, std::stop_token stop);
+  // Labels the node a domain's workload claim was allocated on for the
+  // domain, unless it serves another domain. Why: the DaemonSet places the
+  // daemon by that label, and the kubelet plugin only sets it when the
+  // kubelet first prepares the claim, ~1 s after the scheduler's allocation
+  // at 18 nodes; labelling at allocation starts the daemon that much sooner.
+  // The plugin still labels at Prepare (claims not made from the domain's
+  // template) and removes the label with the node's last prepared claim of
+  // the domain, or at its start when none is prepared there.
+  common::Status LabelAllocatedNode(const std::string& claim_key, std::stop_token stop);
 
   common::StatusOr<nlohmann::json> RenderDaemonSet(const nlohmann::json& cd) const;
   common::StatusOr<nlohmann::json> RenderDaemonClaim(const nlohmann::json& cd) const;
@@ -195,6 +209,9 @@ class Controller {
   std::map<std::string, Written> written_;  // "status/<uid>" -> last write
   // "<ns>/<name>" of a clique -> the object our last write of it made
   std::map<std::string, nlohmann::json> cliques_written_;
+  // node -> (domain UID, when) of our early node label writes
+  std::map<std::string, std::pair<std::string, k8s::workqueue::TimePoint>> node_labels_written_;
+  std::mutex label_mu_;  // serialises LabelAllocatedNode's check-then-write
   ControllerStats stats_;
 
   // Last: stopped before the members above go.

@@ -61,6 +61,9 @@ type clusterOptions struct {
 	extraGates   []string
 	startTimeout time.Duration
 	auditLog     bool // the API server's audit log in logs/audit.log
+	// Client QPS of kube-controller-manager and kube-scheduler (burst
+	// twice that); 0: their defaults.
+	controllerQPS int
 }
 
 type cluster struct {
@@ -292,7 +295,7 @@ func (c *cluster) apiServerArgs() []string {
 func (c *cluster) startControllerManager() (*component, error) {
 	p := c.pki
 	kc := c.path("pki", "controller-manager.kubeconfig")
-	return c.start("kube-controller-manager", c.binary("kube-controller-manager"), []string{
+	return c.start("kube-controller-manager", c.binary("kube-controller-manager"), append([]string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -310,12 +313,22 @@ func (c *cluster) startControllerManager() (*component, error) {
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",
-	})
+	}, c.qpsFlags()...))
+}
+
+// qpsFlags raises the client limits of kube-controller-manager and
+// kube-scheduler when asked (controllerQPS), as large clusters do.
+func (c *cluster) qpsFlags() []string {
+	if c.opts.controllerQPS <= 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("--kube-api-qps=%d", c.opts.controllerQPS),
+		fmt.Sprintf("--kube-api-burst=%d", 2*c.opts.controllerQPS)}
 }
 
 func (c *cluster) startScheduler() (*component, error) {
 	kc := c.path("pki", "scheduler.kubeconfig")
-	return c.start("kube-scheduler", c.binary("kube-scheduler"), []string{
+	return c.start("kube-scheduler", c.binary("kube-scheduler"), append([]string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -325,7 +338,7 @@ func (c *cluster) startScheduler() (*component, error) {
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",
-	})
+	}, c.qpsFlags()...))
 }
 
 // waitHealthy polls url until it answers 200 "ok", the component exits, or the

@@ -73,6 +73,8 @@ func main() {
 	dieWithParent := fs.Bool("die-with-parent", false, "end (and stop the cluster) when the parent process ends")
 	auditLog := fs.Bool("audit-log", os.Getenv(envAuditLog) == "1",
 		"write the API server's audit log (every request's user, user agent, verb and resource; no bodies) to DIR/logs/audit.log (env "+envAuditLog+"=1)")
+	controllerQPS := fs.Int("controller-qps", envInt(envControllerQPS),
+		"client QPS of kube-controller-manager and kube-scheduler (burst twice that); 0 keeps their defaults (20/30 and 50/100); Kubernetes' own scalability tests use 100 (env "+envControllerQPS+")")
 	fs.Usage = usage
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
@@ -90,7 +92,8 @@ func main() {
 		}
 		*binDir = filepath.Dir(self)
 	}
-	opts := clusterOptions{dir: absDir, binDir: *binDir, startTimeout: *timeout, auditLog: *auditLog}
+	opts := clusterOptions{dir: absDir, binDir: *binDir, startTimeout: *timeout, auditLog: *auditLog,
+		controllerQPS: *controllerQPS}
 	if *gates != "" {
 		opts.extraGates = strings.Split(*gates, ",")
 	}
@@ -121,6 +124,23 @@ func main() {
 
 // envAuditLog is --audit-log's environment twin.
 const envAuditLog = "CLUSTER_AUDIT_LOG"
+
+// envControllerQPS is --controller-qps's environment twin.
+const envControllerQPS = "CLUSTER_CONTROLLER_QPS"
+
+// envInt reads a non-negative integer from the environment (0 when unset).
+func envInt(name string) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "cluster-launcher: %s=%q: want a non-negative integer\n", name, v)
+		os.Exit(2)
+	}
+	return n
+}
 
 func fatal(err error) {
 	fmt.Fprintf(os.Stderr, "cluster-launcher: %v\n", err)

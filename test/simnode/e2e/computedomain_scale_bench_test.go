@@ -134,6 +134,9 @@ type cdScaleResult struct {
 	Idle       auditCounts
 	IdleWindow time.Duration
 	LoadAvg    string
+	// kube-controller-manager's and kube-scheduler's client QPS
+	// (CLUSTER_CONTROLLER_QPS for the launcher; "default": 20 and 50).
+	ControlPlaneQPS string
 }
 
 // auditCounts are requests counted from the audit log, per client group
@@ -276,6 +279,10 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 	r.Audit = countAudit(t, auditPath, t0, done)
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
 		r.LoadAvg = strings.Join(strings.Fields(string(data))[:3], " ")
+	}
+	r.ControlPlaneQPS = "default"
+	if v := os.Getenv("CLUSTER_CONTROLLER_QPS"); v != "" && v != "0" {
+		r.ControlPlaneQPS = v
 	}
 	return r
 }
@@ -772,8 +779,9 @@ func (r cdScaleResult) print() {
 	fmt.Printf("cd scale: %d nodes (%d cliques), from submitting the domain and %d workers (all created after %s):\n",
 		r.Nodes, r.Cliques, r.Nodes, s(r.Submitted))
 	fmt.Printf("  workload claim template seen %s; channel claims prepared: median %s, last %s; workers Running %s; "+
-		"daemons Ready %s; domain Ready %s; machine load %s\n",
-		s(r.Templates), s(r.PreparedP50), s(r.Prepared), s(r.Running), s(r.DaemonsReady), s(r.CDReady), r.LoadAvg)
+		"daemons Ready %s; domain Ready %s; machine load %s; control plane client QPS %s\n",
+		s(r.Templates), s(r.PreparedP50), s(r.Prepared), s(r.Running), s(r.DaemonsReady), s(r.CDReady), r.LoadAvg,
+		r.ControlPlaneQPS)
 	fmt.Printf("  stages, from the submission (median / last over the nodes):")
 	for _, st := range r.Stages {
 		fmt.Printf(" %s %s / %s", st.Stage, s(st.P50), s(st.Last))
@@ -861,6 +869,9 @@ func (r cdScaleResult) write(t *testing.T) {
 	must(t, "open "+path, err)
 	defer f.Close()
 	emit := func(name string, value float64, unit string) {
+		if r.ControlPlaneQPS != "default" {
+			name = "cp_qps_" + r.ControlPlaneQPS + "." + name // another control plane, another figure
+		}
 		line, _ := json.Marshal(map[string]any{"bench": "cd_scale", "nodes": r.Nodes, "name": name, "value": value, "unit": unit})
 		fmt.Fprintln(f, string(line))
 	}

@@ -262,14 +262,14 @@ void Controller::EnqueueDomainKey(const ObjectPtr& object) {
   if (object) queue_.Add(Key(*object));
 }
 
-void Controller::EnqueueByLabel(const ObjectPtr& object) {
+void Controller::EnqueueByLabel(const ObjectPtr& object, std::chrono::milliseconds domain_delay) {
   if (!object || !informers_) return;
   const std::string uid = Label(*object, kComputeDomainLabel);
   if (uid.empty()) return;
   auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
   if (!domains.ok()) return;
   for (const ObjectPtr& cd : *domains) {
-    queue_.Add(Key(*cd));
+    queue_.AddAfter(Key(*cd), domain_delay);
     // A short hold gathers a burst of daemon changes into one clique write.
     if (options_.cliques_enabled && !options_.host_managed) {
       queue_.AddAfter(std::string(kCliquesPrefix) + Key(*cd), kCliqueBatchDelay);
@@ -334,9 +334,20 @@ Status Controller::Run(std::stop_token stop) {
   };
   for (auto* informer : informers_->All()) {
     if (informer != informers_->domains.get() && informer != informers_->pods.get() &&
-        informer != informers_->claims.get() && informer != informers_->labelled_nodes.get()) {
+        informer != informers_->claims.get() && informer != informers_->labelled_nodes.get() &&
+        informer != informers_->cliques.get()) {
       informer->AddEventHandler(by_label);
     }
+  }
+  if (informers_->cliques) {
+    // Our clique writes come back as these events; the domain's status
+    // (status.nodes mirrors the cliques) follows a burst of them with one
+    // write rather than one per clique write.
+    const auto later = [this](const ObjectPtr& o) { EnqueueByLabel(o, kStatusBatchDelay); };
+    informers_->cliques->AddEventHandler({.on_add = later,
+                                          .on_update = [later](const ObjectPtr&, const ObjectPtr& o) { later(o); },
+                                          .on_delete = later,
+                                          .needs_old_object = false});
   }
   if (informers_->claims) {
     // A workload claim just allocated: label its node at once (see

@@ -110,7 +110,10 @@ class Controller {
   struct Informers;
 
   void EnqueueDomainKey(const k8s::cache::ObjectPtr& object);
-  void EnqueueByLabel(const k8s::cache::ObjectPtr& object);
+  // Queues the domain the object belongs to (by its domain label) after
+  // `domain_delay`, and its cliques work item.
+  void EnqueueByLabel(const k8s::cache::ObjectPtr& object,
+                      std::chrono::milliseconds domain_delay = std::chrono::milliseconds(0));
   void Work(std::stop_token stop);
   common::Status Reconcile(const std::string& key, std::stop_token stop);
   common::Status ReconcileLive(const nlohmann::json& cd, std::stop_token stop);
@@ -125,6 +128,8 @@ class Controller {
   // the domain's objects and status never holds a clique write back.
   static constexpr std::string_view kCliquesPrefix = "cliques/";
   static constexpr std::chrono::milliseconds kCliqueBatchDelay{20};
+  // How long a clique change waits before the domain's status follows it.
+  static constexpr std::chrono::milliseconds kStatusBatchDelay{100};
   // Work items "allocated/<ns>/<claim>": a workload claim of a domain was
   // allocated (LabelAllocatedNode).
   static constexpr std::string_view kAllocatedPrefix = "allocated/";

@@ -2,8 +2,8 @@
 # exports a C API only, as the mock NVML) for a small resident size:
 # - libstdc++ and libgcc statically (NVDRA_STATIC_CXX_RUNTIME). Only for
 #   binaries that load no C++ shared object (each would bring the shared
-#   libstdc++ back, with a second copy of its globals); the kubelet plugins
-#   load C libraries only (libcurl, OpenSSL, NVML). Not with the sanitizers,
+#   libstdc++ back, with a second copy of its globals), so not by default.
+#   Not with the sanitizers,
 #   whose runtimes expect the shared libstdc++.
 # - --gc-sections (NVDRA_GC_SECTIONS): drops the sections nothing refers to.
 #   libstdc++.a is compiled one section per function, so this removes most of
@@ -18,7 +18,11 @@
 # bench/README.md, "Where the plugin's RSS goes"), so what is not linked is
 # mostly what is saved; whole stretches of code that never run are the
 # exception, as above.
-option(NVDRA_STATIC_CXX_RUNTIME "Link libstdc++ and libgcc statically into the kubelet plugins" ON)
+# Off by default: the plugins' metrics endpoint is cpp-httplib, which Debian
+# ships only as a C++ shared object (a hand-written HTTP server in its place
+# was measured at -1.1 MiB resident and not kept: we do not write our own
+# HTTP; bench/README.md).
+option(NVDRA_STATIC_CXX_RUNTIME "Link libstdc++ and libgcc statically into the kubelet plugins" OFF)
 option(NVDRA_GC_SECTIONS "Link the kubelet plugins with --gc-sections" ON)
 
 function(nvdra_lean_link target)

@@ -1,8 +1,7 @@
 #pragma once
 
 // HttpServing: serves one cpp-httplib server (plain or TLS) on a thread of its
-// own; the webhook's (the metrics endpoint has its own small server, so that
-// the plugins load no C++ shared object: metrics_server.h).
+// own; shared by the metrics endpoint and the webhook.
 //
 // Why a class: httplib's stop() acts only once the server counts as running
 // (cpp-httplib 0.11 has no wait_until_ready). Start waits for that moment,

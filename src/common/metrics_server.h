@@ -5,21 +5,11 @@
 // controller (upstream's RunPrometheusMetricsServer).
 //
 // GET (and HEAD) of exactly the metrics path answers 200 with the registry in
-// text format 0.0.4; every other path answers 404, other methods 405.
+// text format 0.0.4; every other path answers 404.
 //
-// A small HTTP/1.1 server of our own, not cpp-httplib: Debian ships httplib
-// only as a C++ shared object (with OpenSSL and brotli behind it), which kept
-// the kubelet plugins on the shared libstdc++ (bench/README.md, "Where the
-// plugin's RSS goes"). It answers one request per connection
-// ("Connection: close"; Prometheus reconnects per scrape), one connection at a
-// time, on one thread: a scrape is a few KiB rendered in microseconds. A
-// connection gets 5 s in all (its request, the answer, the client's close), so
-// a client that sends nothing holds the endpoint no longer than that; a
-// request head over 16 KiB is refused (431).
-//
-// Ownership: owns the listening socket and the serving thread; borrows the
-// registry, which must outlive the server. Destruction stops accepting,
-// drops a connection in progress and joins the thread.
+// Ownership: owns the listening socket and the serving threads (cpp-httplib);
+// borrows the registry, which must outlive the server. Destruction stops
+// accepting, finishes requests in progress and joins the threads.
 // Thread-safety: thread-safe (the accessors are immutable after Start).
 
 #include <memory>

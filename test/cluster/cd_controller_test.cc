@@ -866,23 +866,29 @@ TEST_F(CdControllerTest, ManyDaemonsAtOnceAreWrittenByTheControllerAlone) {
 // the claim; a node that serves another domain keeps its label. Teardown
 // removes the label it set.
 TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
-  auto controller = StartController("ctl-alloc");
+  // One worker: the queue's items are handled in the order they came, so when
+  // the last claim's node is labelled the earlier ones were decided.
+  auto controller = StartController("ctl-alloc", {"--workers=1"});
+  auto intruder_ns = env_->client->Create(
+      k8s::resources::kNamespaces, "",
+      {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "cdc-intruder"}}}});
+  ASSERT_TRUE(intruder_ns.ok()) << intruder_ns.status();
   json cd = CreateCd("cd-alloc", 1);
   const std::string uid = Str(cd, "/metadata/uid");
   ASSERT_FALSE(uid.empty());
   ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
   EnsureNode("alloc-free");
   CreateNode("alloc-busy", "another-domain");
-  auto allocate = [&](const std::string& claim, const std::string& node) {
+  auto allocate = [&](const std::string& claim, const std::string& node, const std::string& ns = kUserNs) {
     const json request = {{"name", "channel"},
                           {"exactly", {{"deviceClassName", "compute-domain-default-channel.nvidia.com"}}}};
     json object = {
         {"apiVersion", "resource.k8s.io/v1"},
         {"kind", "ResourceClaim"},
         {"metadata",
-         {{"name", claim}, {"namespace", kUserNs}, {"labels", {{kCdLabel, uid}, {kTargetLabel, "Workload"}}}}},
+         {{"name", claim}, {"namespace", ns}, {"labels", {{kCdLabel, uid}, {kTargetLabel, "Workload"}}}}},
         {"spec", {{"devices", {{"requests", json::array({request})}}}}}};
-    auto created = env_->client->Create(k8s::resources::kResourceClaims, kUserNs, object);
+    auto created = env_->client->Create(k8s::resources::kResourceClaims, ns, object);
     ASSERT_TRUE(created.ok()) << created.status();
     // As the scheduler writes it for a device of the node's own pool.
     const json result = {
@@ -891,19 +897,25 @@ TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
     json allocation = {
         {"devices", {{"results", json::array({result})}}},
         {"nodeSelector", {{"nodeSelectorTerms", json::array({{{"matchFields", json::array({field})}}})}}}};
-    auto patched = env_->client->Patch(k8s::resources::kResourceClaims, kUserNs, claim, k8s::PatchType::kMerge,
+    auto patched = env_->client->Patch(k8s::resources::kResourceClaims, ns, claim, k8s::PatchType::kMerge,
                                        {{"status", {{"allocation", allocation}}}}, StatusPatch());
     ASSERT_TRUE(patched.ok()) << patched.status();
   };
   allocate("worker-busy-channel", "alloc-busy");
+  // Another namespace's claim with the domain's labels (anyone can set them)
+  // places no daemon.
+  EnsureNode("alloc-intruded");
+  allocate("intruder-channel", "alloc-intruded", "cdc-intruder");
   allocate("worker-free-channel", "alloc-free");
   constexpr char kNodeLabel[] = "/metadata/labels/resource.nvidia.com~1computeDomain";
   ASSERT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel) == uid; }))
       << nodes_->Get("alloc-free").value_or(json()).dump();
   EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");
+  EXPECT_EQ(Str(*nodes_->Get("alloc-intruded"), kNodeLabel), "") << "labelled for another namespace's claim";
   for (const char* claim : {"worker-busy-channel", "worker-free-channel"}) {
     EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, kUserNs, claim).ok());
   }
+  EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, "cdc-intruder", "intruder-channel").ok());
   DeleteCdAndExpectNothingLeft(cd);
   EXPECT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel).empty(); }));
   EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");

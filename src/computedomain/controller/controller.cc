@@ -1130,6 +1130,14 @@ Status Controller::LabelAllocatedNode(const std::string& claim_key, std::stop_to
   if (uid.empty() || node.empty()) return OkStatus();
   auto domains = informers_->domains->store().ByIndex(kUidIndex, uid);
   if (!domains.ok() || domains->empty() || Deleting(*domains->front())) return OkStatus();
+  // Namespace isolation, as the plugin's: anyone can put the domain's labels
+  // on a claim of theirs; only a claim in the domain's own namespace may
+  // place its daemon (the plugin refuses the others at Prepare).
+  if (Namespace(*claim) != Namespace(*domains->front())) {
+    LOG_INFO(1, "not labelling a node for a claim of another namespace than its ComputeDomain's",
+             {{"claim", claim_key}, {"computeDomain", Key(*domains->front())}, {"node", node}});
+    return OkStatus();
+  }
   // One writer of this decision at a time: two domains' claims on one node
   // (channel isolation) must not both label it.
   std::lock_guard label_lock(label_mu_);

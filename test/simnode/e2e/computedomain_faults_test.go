@@ -62,9 +62,10 @@ var cdCascadeCrashPoints = []string{
 //  3. SIGKILL P's daemon container: it restarts, turns Ready again with
 //     the same index, the domain Ready; workers keep their containers.
 //  4. S's worker leaves; the controller's node is partitioned and a new
-//     worker on S joins: its daemon's entry waits without an index (no
-//     writer). After Heal the controller catches up: S indexed, the domain
-//     Ready on 4 nodes, no other index changed.
+//     worker on S joins: its daemon publishes its clique and NotReady on its
+//     pod and gets no entry (the controller is the only writer of clique
+//     entries). After Heal the controller catches up: S's entry with an
+//     index, the domain Ready on 4 nodes, no other index changed.
 //  5. S's worker leaves again, then kube-apiserver is restarted (etcd
 //     kept). A new worker on S joins: plugin, controller and every daemon
 //     are back (each daemon's /etc/hosts maps S), no index changed.
@@ -246,18 +247,31 @@ func TestComputeDomainFaults(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("no connection from %s refused after the partition", ctlNode)
 		}
-		// S's daemon joins; with the index writer cut off its entry waits
-		// without an index.
+		// S's daemon starts (the plugin labels S at Prepare: the controller
+		// cannot) and publishes its clique and NotReady on its pod; with the
+		// controller, the only writer of clique entries, cut off, it gets no
+		// entry and no index and waits.
 		c.createWorker(ctx, t, faultsNamespace, "w2-"+spare, spare, cd.channelTemplate)
-		c.WaitForCliques(ctx, t, cd, spare+" joined without an index", func(cl map[string]map[string]cliqueEntry) bool {
-			for _, entries := range cl {
-				if e, ok := entries[spare]; ok && e.Index == nil {
-					return true
+		lw := cache.NewFilteredListWatchFromClient(c.Client.CoreV1().RESTClient(), "pods", c.Namespace,
+			func(o *metav1.ListOptions) { o.LabelSelector = cdLabelKey + "=" + string(cd.uid) })
+		if _, err := untilWithStore(ctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) {
+			for _, item := range s.List() {
+				p := item.(*corev1.Pod)
+				if p.Spec.NodeName == spare && p.DeletionTimestamp == nil && p.Labels[cdCliqueLabelKey] != "" &&
+					p.Annotations[cdDaemonStatusAnnotation] == "NotReady" {
+					return true, nil
 				}
 			}
-			return false
-		})
-		t.Logf("controller's node partitioned: %s joined without an index %.1f s later", spare, time.Since(partitionedAt).Seconds())
+			return false, nil
+		}); err != nil {
+			t.Fatalf("%s's daemon did not publish its clique while the controller was cut off: %v", spare, err)
+		}
+		for _, entries := range c.Cliques(ctx, t, cd) {
+			if e, ok := entries[spare]; ok {
+				t.Errorf("%s has a clique entry %v while the controller is cut off (only the controller writes them)", spare, e)
+			}
+		}
+		t.Logf("controller's node partitioned: %s's daemon published its clique, no entry, %.1f s later", spare, time.Since(partitionedAt).Seconds())
 		must(t, "heal", c.Env.nodes.Heal(ctlNode))
 		healed = true
 		healedAt := time.Now()

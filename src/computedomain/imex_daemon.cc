@@ -402,8 +402,8 @@ void ImexDaemon::PublishIfNeeded() {
   publish_retry_at_.reset();
   publish_backoff_ = kPublishBackoffMin;
   if (desired != published_status_) {
-    // With the object's resourceVersion: the plugin logs the watch event
-    // of the same version (latency of the API's delivery, for benchmarks).
+    // With the written object's resourceVersion (gate off: the domain's,
+    // whose watch event the plugin logs; with cliques: this pod's).
     const nlohmann::json& metadata = result->value("metadata", nlohmann::json::object());
     LOG_INFO(2, "status published", {{"clique", membership_.clique_name()}, {"status", desired},
                                          {"resourceVersion", metadata.value("resourceVersion", "")}});

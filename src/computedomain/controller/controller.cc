@@ -39,19 +39,19 @@ std::string Name(const json& o) { return Str(o, "/metadata/name"_json_pointer); 
 std::string Namespace(const json& o) { return Str(o, "/metadata/namespace"_json_pointer); }
 std::string Key(const json& o) { return Namespace(o) + "/" + Name(o); }
 bool Deleting(const json& o) { return o.contains("/metadata/deletionTimestamp"_json_pointer); }
-std::string Label(const json& o, std::string_view key) {
-  const json* labels = o.contains("metadata") ? &o["metadata"] : nullptr;
-  if (labels == nullptr || !labels->contains("labels")) return "";
-  const json& map = (*labels)["labels"];
+// metadata.<map>[key] ("labels" or "annotations"); "" when absent.
+std::string MetadataValue(const json& o, const char* map_name, std::string_view key) {
+  auto metadata = o.find("metadata");
+  if (metadata == o.end() || !metadata->contains(map_name)) return "";
+  const json& map = (*metadata)[map_name];
   auto it = map.find(std::string(key));
   return it != map.end() && it->is_string() ? it->get<std::string>() : "";
 }
-std::string Annotation(const json& o, std::string_view key) {
-  auto annotations = o.find("metadata");
-  if (annotations == o.end() || !annotations->contains("annotations")) return "";
-  const json& map = (*annotations)["annotations"];
-  auto it = map.find(std::string(key));
-  return it != map.end() && it->is_string() ? it->get<std::string>() : "";
+std::string Label(const json& o, std::string_view key) { return MetadataValue(o, "labels", key); }
+// A daemon pod's status as its daemon published it (NotReady until it says Ready).
+std::string DaemonStatusOf(const json& pod) {
+  return MetadataValue(pod, "annotations", kDaemonStatusAnnotation) == kDaemonReady ? std::string(kDaemonReady)
+                                                                                    : std::string(kDaemonNotReady);
 }
 bool HasLabel(const json& o, std::string_view key) {
   return o.contains("/metadata/labels"_json_pointer) && o["metadata"]["labels"].contains(std::string(key));
@@ -851,8 +851,7 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
       if (it == pod_by_node.end() || !listed.insert(m.node_name).second) continue;
       m.ip_address = Str(*it->second, "/status/podIP"_json_pointer);
       m.clique_id = clique_id;
-      m.status = Annotation(*it->second, kDaemonStatusAnnotation) == kDaemonReady ? std::string(kDaemonReady)
-                                                                                  : std::string(kDaemonNotReady);
+      m.status = DaemonStatusOf(*it->second);
       entries.push_back(std::move(m));
     }
     for (const json* pod : members) {
@@ -862,9 +861,7 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
                          .ip_address = Str(*pod, "/status/podIP"_json_pointer),
                          .clique_id = clique_id,
                          .index = std::nullopt,
-                         .status = Annotation(*pod, kDaemonStatusAnnotation) == kDaemonReady
-                                       ? std::string(kDaemonReady)
-                                       : std::string(kDaemonNotReady)});
+                         .status = DaemonStatusOf(*pod)});
     }
     const std::string name = uid + "." + clique_id;
     IndexAssignment assignment = AssignIndexes(entries, options_.max_nodes_per_imex_domain);
@@ -1122,6 +1119,11 @@ std::string AllocatedNodeName(const json& claim) {
 
 }  // namespace
 
+void Controller::ForgetCliqueWritesLocked(const std::string& uid) {
+  const std::string prefix = options_.driver_namespace + "/" + uid + ".";
+  std::erase_if(cliques_written_, [&](const auto& item) { return item.first.starts_with(prefix); });
+}
+
 Status Controller::LabelAllocatedNode(const std::string& claim_key, std::stop_token stop) {
   ObjectPtr claim = informers_->claims->store().Get(claim_key);
   if (!claim || Deleting(*claim)) return OkStatus();
@@ -1256,8 +1258,7 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     channels_.erase(uid);
     last_why_.erase(uid);
     written_.erase("status/" + uid);
-    std::erase_if(cliques_written_,
-                  [&](const auto& item) { return item.first.starts_with(options_.driver_namespace + "/" + uid + "."); });
+    ForgetCliqueWritesLocked(uid);
   }
   LOG_INFO(0, "ComputeDomain torn down", {{"computeDomain", Key(cd)}, {"uid", uid}});
   return OkStatus();
@@ -1290,8 +1291,7 @@ Status Controller::CleanupDomain(const std::string& uid, std::stop_token stop) {
     last_why_.erase(uid);
     departed_.erase(uid);
     written_.erase("status/" + uid);
-    std::erase_if(cliques_written_,
-                  [&](const auto& item) { return item.first.starts_with(options_.driver_namespace + "/" + uid + "."); });
+    ForgetCliqueWritesLocked(uid);
   }
   return first_error;
 }

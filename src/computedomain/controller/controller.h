@@ -156,6 +156,8 @@ class Controller {
   // go. Creates a clique when its first member appears. The controller is
   // the only writer of clique entries (clique_membership.h says why).
   common::Status SyncCliques(const nlohmann::json& cd, std::stop_token stop);
+  // Drops the remembered clique writes of domain `uid` (mu_ held).
+  void ForgetCliqueWritesLocked(const std::string& uid);
   common::Status AssignStatusIndexes(const nlohmann::json& cd, std::stop_token stop);
   common::Status UpdateStatus(const nlohmann::json& cd, std::stop_token stop);
   // Deletes (propagation Background); an absent object is OK.

@@ -1,11 +1,15 @@
 #include "computedomain/domain_watch.h"
 
+#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "computedomain/clique_membership.h"
+#include "k8s/objects/object.h"
 #include "k8s/rest_list_watch.h"
 
 namespace nvdra::computedomain {
@@ -35,22 +39,26 @@ DomainWatch::DomainWatch(DomainWatchOptions options) : options_(std::move(option
 
 DomainWatch::~DomainWatch() {
   Cancel();
+  if (daemon_pods_) daemon_pods_->Stop();
   if (cliques_) cliques_->Stop();
   if (domains_) domains_->Stop();
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, DomainWatchOptions options) {
   std::unique_ptr<k8s::cache::ListWatch> cliques;
+  std::unique_ptr<k8s::cache::ListWatch> daemon_pods;
   if (options.cliques_enabled) {
     cliques = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
                                                    options.driver_namespace);
+    daemon_pods = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, options.driver_namespace);
   }
   return StartWith(std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""),
-                   std::move(cliques), std::move(options));
+                   std::move(cliques), std::move(daemon_pods), std::move(options));
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
                                                               std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                              std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
                                                               DomainWatchOptions options) {
   std::unique_ptr<DomainWatch> watch(new DomainWatch(std::move(options)));
   DomainWatch* self = watch.get();
@@ -95,6 +103,15 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
     watch->cliques_->AddEventHandler(notify);
     watch->cliques_->Start();
   }
+  if (watch->options_.cliques_enabled && daemon_pods) {
+    k8s::cache::InformerOptions pod_options;
+    pod_options.description = "IMEX daemon pods on " + watch->options_.node_name;
+    pod_options.label_selector = std::string(kComputeDomainLabel);
+    pod_options.field_selector = "spec.nodeName=" + watch->options_.node_name;
+    watch->daemon_pods_ = std::make_unique<k8s::cache::Informer>(std::move(daemon_pods), pod_options);
+    watch->daemon_pods_->AddEventHandler(notify);
+    watch->daemon_pods_->Start();  // not waited for: see the file comment
+  }
 
   const auto deadline = k8s::workqueue::RealClock().Now() + watch->options_.sync_timeout;
   if (!watch->domains_->WaitForSyncUntil(deadline) ||
@@ -137,7 +154,25 @@ std::optional<k8s::ComputeDomain> DomainWatch::FindByUid(const std::string& uid)
   return k8s::ComputeDomain(*found->front());
 }
 
+bool DomainWatch::DaemonPodReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const {
+  auto pods = daemon_pods_->store().ByIndex(k8s::cache::kLabelIndex,
+                                             k8s::cache::LabelIndexValue(kComputeDomainLabel, cd.uid()));
+  if (!pods.ok()) return false;
+  for (const k8s::cache::ObjectPtr& pod : *pods) {
+    const k8s::Object view(*pod);
+    // A terminating daemon is leaving the clique whatever it last said.
+    if (view.deletion_timestamp()) continue;
+    if (pod->value(nlohmann::json::json_pointer("/spec/nodeName"), std::string()) != options_.node_name) continue;
+    if (view.label(kComputeDomainCliqueLabel) != clique_id) continue;
+    const std::map<std::string, std::string> annotations = view.annotations();
+    auto status = annotations.find(std::string(kDaemonStatusAnnotation));
+    if (status != annotations.end() && status->second == kDaemonReady) return true;
+  }
+  return false;
+}
+
 bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const {
+  if (daemon_pods_ && !clique_id.empty() && DaemonPodReady(cd, clique_id)) return true;
   if (cliques_ && !clique_id.empty()) {
     const std::string key = fmt::format("{}/{}.{}", options_.driver_namespace, cd.uid(), clique_id);
     if (k8s::cache::ObjectPtr object = cliques_->store().Get(key)) {

@@ -1,15 +1,22 @@
 #pragma once
 
 // What the compute-domain kubelet plugin knows about ComputeDomains and their
-// ComputeDomainCliques: two informers (ComputeDomains cluster-wide, indexed by
-// UID; ComputeDomainCliques in the driver namespace when the gate
-// ComputeDomainCliques is on) and the readiness of this node's IMEX daemon in
-// a domain, read from their caches.
+// ComputeDomainCliques: informers on ComputeDomains (cluster-wide, indexed by
+// UID), ComputeDomainCliques in the driver namespace when the gate
+// ComputeDomainCliques is on, and the IMEX daemon pods on this node; the
+// readiness of this node's IMEX daemon in a domain, read from their caches.
 //
 // Readiness, as upstream's isCurrentNodeReady: the clique
 // "<cdUID>.<cliqueID>" has a daemons[] entry for this node with status
 // Ready, or (fallback, and the only source with the gate off) the
-// ComputeDomain's status.nodes[] entry for this node says Ready.
+// ComputeDomain's status.nodes[] entry for this node says Ready. Beyond
+// upstream, with cliques: this node's live daemon pod of the domain, in the
+// clique, whose status annotation says Ready. That is what the controller
+// copies into the clique entry; reading it from the pod saves the
+// controller's write and its watch event on the way to the waiting claim
+// (bench/README.md). The pod informer is not waited for at start: without
+// read access to pods (an older ClusterRole) readiness comes from the clique
+// as before.
 //
 // Waiting: WaitFor blocks on a condition variable that every informer event
 // notifies, so a waiter wakes when the watch delivers the change, not on a
@@ -46,9 +53,11 @@ class DomainWatch {
   // when they do not sync within sync_timeout (CRDs missing, no access).
   static common::StatusOr<std::unique_ptr<DomainWatch>> Start(k8s::Client& client, DomainWatchOptions options);
   // The same over given list-watches (tests): `cliques` may be null when
-  // options.cliques_enabled is false.
+  // options.cliques_enabled is false; `daemon_pods` (this node's daemon
+  // pods in the driver namespace) may be null.
   static common::StatusOr<std::unique_ptr<DomainWatch>> StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
                                                                   std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                                  std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
                                                                   DomainWatchOptions options);
   ~DomainWatch();
   DomainWatch(const DomainWatch&) = delete;
@@ -79,6 +88,8 @@ class DomainWatch {
   void Notify();
 
   void DomainDeleted();
+  // This node's live daemon pod of `cd` in `clique_id` says Ready.
+  bool DaemonPodReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
 
   const DomainWatchOptions options_;
   std::mutex handler_mu_;  // guards deleted_handler_ and its calls
@@ -89,6 +100,7 @@ class DomainWatch {
   // Last: they stop (joining their threads) before the members above go.
   std::unique_ptr<k8s::cache::Informer> domains_;
   std::unique_ptr<k8s::cache::Informer> cliques_;
+  std::unique_ptr<k8s::cache::Informer> daemon_pods_;
 };
 
 }  // namespace nvdra::computedomain

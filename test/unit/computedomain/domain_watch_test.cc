@@ -1,5 +1,6 @@
 // DomainWatch over scripted list-watches (no API server): lookup by UID,
-// readiness from the clique entry or the ComputeDomain's status.nodes, and
+// readiness from the clique entry, this node's daemon pod or the
+// ComputeDomain's status.nodes, and
 // WaitFor woken by a watch event rather than a timer; Cancel ends waits; the
 // deleted-domain handler.
 
@@ -45,11 +46,28 @@ json Clique(const std::string& uid, const std::string& rv, const std::string& st
                                     {"index", 0}, {"status", status}}})}};
 }
 
+// This node's (or `node`'s) IMEX daemon pod of domain `uid`, as the daemon
+// labels and annotates it.
+json DaemonPod(const std::string& uid, const std::string& rv, const std::string& status,
+               const std::string& clique = kClique, const std::string& node = kNode) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", "daemon-" + uid + "-" + node},
+            {"namespace", kDriverNs},
+            {"resourceVersion", rv},
+            {"labels", {{"resource.nvidia.com/computeDomain", uid},
+                        {"resource.nvidia.com/computeDomain.cliqueID", clique}}},
+            {"annotations", {{"resource.nvidia.com/computeDomain.daemonStatus", status}}}}},
+          {"spec", {{"nodeName", node}}}};
+}
+
 class DomainWatchTest : public ::testing::Test {
  protected:
   void Start(bool cliques_enabled = true) {
     auto started = DomainWatch::StartWith(domains_.NewListWatch(),
                                           cliques_enabled ? cliques_.NewListWatch() : nullptr,
+                                          cliques_enabled ? pods_.NewListWatch() : nullptr,
                                           {.node_name = kNode,
                                            .driver_namespace = kDriverNs,
                                            .cliques_enabled = cliques_enabled,
@@ -64,6 +82,7 @@ class DomainWatchTest : public ::testing::Test {
 
   FakeApi domains_;
   FakeApi cliques_;
+  FakeApi pods_;
   std::unique_ptr<DomainWatch> watch_;
 };
 
@@ -107,6 +126,35 @@ TEST_F(DomainWatchTest, WaitForWakesOnTheWatchEvent) {
   stream->Push(WatchEventType::kModified, Clique("u1", "4", "Ready"));
   ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
   EXPECT_TRUE(waiting.get());
+}
+
+TEST_F(DomainWatchTest, ReadyFromThisNodesDaemonPodBeforeTheCliqueSaysSo) {
+  domains_.QueueList({Domain("u1", "5"), Domain("u2", "6"), Domain("u3", "7"), Domain("u4", "8"), Domain("u5", "9")},
+                     "9");
+  cliques_.QueueList({Clique("u1", "3", "NotReady")}, "3");
+  json terminating = DaemonPod("u2", "12", "Ready");
+  terminating["metadata"]["deletionTimestamp"] = "2026-11-23T23:00:00Z";
+  pods_.QueueList({DaemonPod("u1", "10", "NotReady"), terminating, DaemonPod("u3", "13", "Ready", "other.1"),
+                   DaemonPod("u4", "14", "Ready", kClique, "node-b")},
+                  "14");
+  Start();
+  // The pod informer is not waited for at start; wait for its list here.
+  auto stream = pods_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  EXPECT_FALSE(Ready("u1")) << "the pod and the clique both say NotReady";
+  EXPECT_FALSE(Ready("u2")) << "a terminating daemon is leaving";
+  EXPECT_FALSE(Ready("u3")) << "a daemon of another clique";
+  EXPECT_FALSE(Ready("u4")) << "another node's daemon";
+  // The daemon turns Ready on its pod; the clique entry still says NotReady.
+  auto waiting = std::async(std::launch::async, [&] {
+    return watch_->WaitFor([&] { return Ready("u1"); }, Clock::now() + std::chrono::hours(1));
+  });
+  stream->Push(WatchEventType::kModified, DaemonPod("u1", "15", "Ready"));
+  ASSERT_EQ(waiting.wait_for(kTestTimeout), std::future_status::ready);
+  EXPECT_TRUE(waiting.get());
+  stream->Push(WatchEventType::kAdded, DaemonPod("u5", "16", "Ready"));
+  EXPECT_TRUE(watch_->WaitFor([&] { return Ready("u5"); }, Clock::now() + kTestTimeout))
+      << "no clique object yet, the pod alone";
 }
 
 TEST_F(DomainWatchTest, WaitForADomainThatAppearsLater) {

@@ -108,9 +108,11 @@ k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(std::string_view status,
 
 k8s::ApiResult<json> CliqueMembership::Publish(std::string_view status, std::stop_token stop) {
   if (store_ == MembershipStore::kComputeDomainStatus) return ApplyStatusEntry(status, stop);
+  json annotations = {{std::string(kDaemonStatusAnnotation), std::string(status)}};
+  if (!identity_.pod_ip.empty()) annotations[std::string(kDaemonIpAnnotation)] = identity_.pod_ip;
   const json patch = {{"metadata",
                        {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}},
-                        {"annotations", {{std::string(kDaemonStatusAnnotation), std::string(status)}}}}}};
+                        {"annotations", std::move(annotations)}}}};
   k8s::PatchOptions options;
   options.field_manager = field_manager();
   return client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name, k8s::PatchType::kMerge,

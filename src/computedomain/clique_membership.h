@@ -6,10 +6,11 @@
 //
 // Who writes the clique (gate ComputeDomainCliques, the default): only the
 // controller. A daemon writes nothing but its own pod: the clique label
-// (kComputeDomainCliqueLabel = its clique ID, empty included, as upstream)
-// and its readiness (annotation kDaemonStatusAnnotation = Ready/NotReady).
-// The controller turns its daemon pods into the clique's entries {nodeName,
-// ipAddress (the pod's IP), cliqueID, status, index}, assigns indexes
+// (kComputeDomainCliqueLabel = its clique ID, empty included, as upstream),
+// its readiness (annotation kDaemonStatusAnnotation = Ready/NotReady) and
+// its IP (kDaemonIpAnnotation). The controller turns its daemon pods into
+// the clique's entries {nodeName, ipAddress (the pod's IP), cliqueID,
+// status, index}, assigns indexes
 // (stable per node, gap-filling; upstream #1418), drops the entries of pods
 // that are gone or terminating, and writes each clique with one update per
 // change, however many daemons changed. Why: upstream's daemons race on the
@@ -53,6 +54,11 @@ inline constexpr std::string_view kDaemonReady = "Ready";
 inline constexpr std::string_view kDaemonNotReady = "NotReady";
 // On a daemon pod: its IMEX daemon's status (kDaemonReady/kDaemonNotReady).
 inline constexpr std::string_view kDaemonStatusAnnotation = "resource.nvidia.com/computeDomain.daemonStatus";
+// On a daemon pod: the pod IP its daemon was started with (the downward
+// API's status.podIP). The kubelet reports status.podIP only with the pod's
+// next status update, under load up to a second after the daemon started
+// and published; the controller takes this one until status.podIP is there.
+inline constexpr std::string_view kDaemonIpAnnotation = "resource.nvidia.com/computeDomain.daemonIP";
 
 // Who this daemon is.
 struct DaemonIdentity {

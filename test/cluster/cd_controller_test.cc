@@ -215,17 +215,23 @@ class CdControllerTest : public ::testing::Test {
   // live owner, or the garbage collector removes the clique).
   // Labelled and bound to its node as the DaemonSet's pods are: the
   // controller removes entries of nodes without a daemon pod.
-  static PlayedDaemon Daemon(const std::string& uid, const std::string& clique, const std::string& node) {
+  // Without `kubelet_reported_ip` the pod has no status.podIP yet (the
+  // kubelet reports it with its next status update): only its daemon's
+  // published IP.
+  static PlayedDaemon Daemon(const std::string& uid, const std::string& clique, const std::string& node,
+                             bool kubelet_reported_ip = true) {
     EnsureNode(node);
     const std::string pod = DaemonPodName(uid, node);
     json object = PodObject(pod, {{kCdLabel, uid}}, node);
     auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, object);
     EXPECT_TRUE(created.ok()) << created.status();
     const std::string ip = "10.9.0." + std::to_string(node.back() - '0' + 1);
-    // The pod IP the daemon publishes, as the kubelet would report it.
-    auto patched = env_->client->Patch(k8s::resources::kPods, kDriverNs, pod, k8s::PatchType::kMerge,
-                                       {{"status", {{"podIP", ip}}}}, StatusPatch());
-    EXPECT_TRUE(patched.ok()) << patched.status();
+    if (kubelet_reported_ip) {
+      // The pod IP the daemon publishes, as the kubelet would report it.
+      auto patched = env_->client->Patch(k8s::resources::kPods, kDriverNs, pod, k8s::PatchType::kMerge,
+                                         {{"status", {{"podIP", ip}}}}, StatusPatch());
+      EXPECT_TRUE(patched.ok()) << patched.status();
+    }
     computedomain::DaemonIdentity identity{.compute_domain_uid = uid,
                                            .clique_id = clique,
                                            .node_name = node,
@@ -857,6 +863,37 @@ TEST_F(CdControllerTest, ManyDaemonsAtOnceAreWrittenByTheControllerAlone) {
   const double writes = std::stod(scraped->body.substr(at + name.size()));
   std::printf("cd-many: %d daemons joined and turned Ready at once: %.0f API writes by the controller\n", kNodes,
               writes);
+  DeleteCdAndExpectNothingLeft(cd);
+}
+
+// The kubelet reports a pod's IP with its next status update, under load
+// up to a second after the daemon started and published: the entry (and its
+// index, which the daemon waits for) is written from the IP the daemon
+// published, and stays when the kubelet's report agrees.
+TEST_F(CdControllerTest, EntryIsWrittenBeforeTheKubeletReportsThePodIp) {
+  auto controller = StartController("ctl-early-ip");
+  json cd = CreateCd("cd-early-ip", 1);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_FALSE(uid.empty());
+  const std::string clique_key = std::string(kDriverNs) + "/" + uid + ".ce";
+  PlayedDaemon d = Daemon(uid, "ce", "ea", /*kubelet_reported_ip=*/false);
+  Apply(d, "NotReady");
+  const std::string ip = d.membership->identity().pod_ip;
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    if (!o) return false;
+    const auto entries = Daemons(*o);
+    auto it = entries.find("ea");
+    return it != entries.end() && Str(it->second, "/ipAddress") == ip && it->second.contains("index");
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
+  const std::string written = Str(*cliques_->Get(clique_key), "/metadata/resourceVersion");
+  auto reported = env_->client->Patch(k8s::resources::kPods, kDriverNs, DaemonPodName(uid, "ea"),
+                                      k8s::PatchType::kMerge, {{"status", {{"podIP", ip}}}}, StatusPatch());
+  ASSERT_TRUE(reported.ok()) << reported.status();
+  Apply(d, "Ready");
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-early-ip"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  const auto entries = Daemons(*cliques_->Get(clique_key));
+  EXPECT_EQ(Str(entries.at("ea"), "/ipAddress"), ip);
+  EXPECT_NE(Str(*cliques_->Get(clique_key), "/metadata/resourceVersion"), written) << "Ready was written";
   DeleteCdAndExpectNothingLeft(cd);
 }
 

@@ -53,6 +53,12 @@ std::string DaemonStatusOf(const json& pod) {
   return MetadataValue(pod, "annotations", kDaemonStatusAnnotation) == kDaemonReady ? std::string(kDaemonReady)
                                                                                     : std::string(kDaemonNotReady);
 }
+// A daemon pod's IP: the kubelet's status.podIP, or until the kubelet
+// reports it, the one its daemon published (kDaemonIpAnnotation).
+std::string DaemonIpOf(const json& pod) {
+  std::string ip = Str(pod, "/status/podIP"_json_pointer);
+  return ip.empty() ? MetadataValue(pod, "annotations", kDaemonIpAnnotation) : ip;
+}
 bool HasLabel(const json& o, std::string_view key) {
   return o.contains("/metadata/labels"_json_pointer) && o["metadata"]["labels"].contains(std::string(key));
 }
@@ -370,7 +376,7 @@ Status Controller::Run(std::stop_token stop) {
     pods.on_delete = [this](const ObjectPtr& o) {
       if (o) {
         RecordDeparture(Label(*o, kComputeDomainLabel), Str(*o, "/spec/nodeName"_json_pointer),
-                        Str(*o, "/status/podIP"_json_pointer));
+                        DaemonIpOf(*o));
       }
       EnqueueByLabel(o);
     };
@@ -817,7 +823,7 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
     // An empty clique ID: a node without a fabric, no clique (its daemon
     // runs no IMEX; UpdateStatus lists it with index -1).
     if (Deleting(pod) || Label(pod, kComputeDomainCliqueLabel).empty()) continue;
-    if (Str(pod, "/spec/nodeName"_json_pointer).empty() || Str(pod, "/status/podIP"_json_pointer).empty()) continue;
+    if (Str(pod, "/spec/nodeName"_json_pointer).empty() || DaemonIpOf(pod).empty()) continue;
     members_by_clique[Label(pod, kComputeDomainCliqueLabel)].push_back(&pod);
   }
   std::map<std::string, json> cliques;  // clique ID -> the newest object we know
@@ -849,7 +855,7 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
     for (CliqueMember& m : CliqueMembers(object.is_null() ? json::object() : object)) {
       auto it = pod_by_node.find(m.node_name);
       if (it == pod_by_node.end() || !listed.insert(m.node_name).second) continue;
-      m.ip_address = Str(*it->second, "/status/podIP"_json_pointer);
+      m.ip_address = DaemonIpOf(*it->second);
       m.clique_id = clique_id;
       m.status = DaemonStatusOf(*it->second);
       entries.push_back(std::move(m));
@@ -858,7 +864,7 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
       const std::string node = Str(*pod, "/spec/nodeName"_json_pointer);
       if (!listed.insert(node).second) continue;
       entries.push_back({.node_name = node,
-                         .ip_address = Str(*pod, "/status/podIP"_json_pointer),
+                         .ip_address = DaemonIpOf(*pod),
                          .clique_id = clique_id,
                          .index = std::nullopt,
                          .status = DaemonStatusOf(*pod)});
@@ -992,7 +998,7 @@ Status Controller::UpdateStatus(const json& cd, std::stop_token stop) {
         const std::string node = Str(pod, "/spec/nodeName"_json_pointer);
         if (node.empty() || Deleting(pod)) continue;
         nodes.push_back({{"name", node},
-                         {"ipAddress", Str(pod, "/status/podIP"_json_pointer)},
+                         {"ipAddress", DaemonIpOf(pod)},
                          {"cliqueID", ""},
                          {"index", -1},
                          {"status", PodReady(pod) ? kDaemonReady : kDaemonNotReady}});

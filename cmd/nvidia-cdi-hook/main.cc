@@ -1,10 +1,12 @@
 // nvidia-cdi-hook: the OCI createContainer hooks named in the GPU plugin's CDI
 // specs, command-line compatible with nvidia-container-toolkit's binary of
-// the same name: `create-symlinks --link <target>::<link>...` and
-// `update-ldcache --folder <dir>...`. The runtime passes the container state
-// on stdin. The toolkit's other hooks are accepted and skipped with a
-// warning, as the toolkit itself treats hooks it does not know, so a spec
-// written for a newer toolkit does not fail the container.
+// the same name: `create-symlinks --link <target>::<link>...`,
+// `enable-cuda-compat --host-driver-version <version>`,
+// `update-ldcache --folder <dir>...` and `disable-device-node-modification`. The runtime passes the container state
+// on stdin. The toolkit's other hooks, which our specs never name, are
+// accepted and ignored with a warning, as the toolkit itself treats hooks it
+// does not know, so a spec written for a newer toolkit does not fail the
+// container.
 
 #include <array>
 #include <string>
@@ -14,6 +16,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cdihook/container_state.h"
+#include "cdihook/cuda_compat.h"
+#include "cdihook/device_node_params.h"
 #include "cdihook/ldcache.h"
 #include "cdihook/symlinks.h"
 #include "common/flags.h"
@@ -22,9 +26,8 @@
 namespace {
 
 // The toolkit's hooks that our GPU plugin never emits (see src/gpu/cdi.h).
-constexpr std::array<std::string_view, 8> kSkippedHooks = {
-    "chmod", "enable-cuda-compat", "disable-device-node-modification", "create-soname-symlinks",
-    "update-nvidia-params", "apply-cuda-memory-limits", "check-requirements",
+constexpr std::array<std::string_view, 6> kIgnoredHooks = {
+    "chmod", "create-soname-symlinks", "update-nvidia-params", "apply-cuda-memory-limits", "check-requirements",
     "update-application-profile"};
 
 int Fail(std::string_view hook, const nvdra::common::Status& status) {
@@ -38,7 +41,8 @@ int Fail(std::string_view hook, const nvdra::common::Status& status) {
 int main(int argc, char** argv) {
   using namespace nvdra;
   constexpr std::string_view kName = "nvidia-cdi-hook";
-  CLI::App app("OCI createContainer hooks for NVIDIA CDI specs (create-symlinks, update-ldcache); "
+  CLI::App app("OCI createContainer hooks for NVIDIA CDI specs (create-symlinks, enable-cuda-compat, "
+               "update-ldcache, disable-device-node-modification); "
                "the container state is read from stdin",
                std::string(kName));
   common::CommonFlags common_flags;
@@ -73,11 +77,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   update_ldcache->add_option("--container-spec", container_spec, std::string(kSpecHelp))->group("");
 
-  std::vector<CLI::App*> skipped;
-  for (std::string_view name : kSkippedHooks) {
-    CLI::App* sub = app.add_subcommand(std::string(name), "Accepted for compatibility; does nothing");
+  cdihook::CudaCompatOptions cuda_compat;
+  CLI::App* enable_cuda_compat = app.add_subcommand(
+      "enable-cuda-compat",
+      "Put the image's CUDA forward-compatibility libraries (/usr/local/cuda/compat) first in the ldcache when "
+      "they are of a newer major version than the host driver");
+  enable_cuda_compat->add_option("--host-driver-version", cuda_compat.host_driver_version,
+                                 "The host driver's version; without it the hook does nothing");
+  enable_cuda_compat->add_option("--container-spec", container_spec, std::string(kSpecHelp))->group("");
+
+  CLI::App* disable_device_node_modification = app.add_subcommand(
+      "disable-device-node-modification",
+      "Mount a read-only copy of the driver's /proc/driver/nvidia/params with ModifyDeviceFiles: 0 over the "
+      "container's, so that CUDA in the container does not create device nodes");
+  disable_device_node_modification->add_option("--container-spec", container_spec, std::string(kSpecHelp))
+      ->group("");
+
+  std::vector<CLI::App*> ignored;
+  for (std::string_view name : kIgnoredHooks) {
+    CLI::App* sub =
+        app.add_subcommand(std::string(name), "Accepted for compatibility with the toolkit's specs; ignored");
     sub->allow_extras();
-    skipped.push_back(sub);
+    ignored.push_back(sub);
   }
   // A hook name we do not know ends parsing; it is reported after the parse.
   app.prefix_command();
@@ -110,9 +131,25 @@ int main(int argc, char** argv) {
     common::Status status = cdihook::UpdateLdcache(ldcache);
     return status.ok() ? 0 : Fail("update-ldcache", status);
   }
-  for (const CLI::App* sub : skipped) {
+  if (enable_cuda_compat->parsed()) {
+    // As the toolkit: without a version there is nothing to compare, and the
+    // state is not even read.
+    if (cuda_compat.host_driver_version.empty()) return 0;
+    common::StatusOr<std::filesystem::path> root = cdihook::LoadContainerRoot(container_spec);
+    if (!root.ok()) return Fail("enable-cuda-compat", root.status());
+    cuda_compat.container_root = *root;
+    auto written = cdihook::EnableCudaCompat(cuda_compat);
+    return written.ok() ? 0 : Fail("enable-cuda-compat", written.status());
+  }
+  if (disable_device_node_modification->parsed()) {
+    common::StatusOr<std::filesystem::path> root = cdihook::LoadContainerRoot(container_spec);
+    if (!root.ok()) return Fail("disable-device-node-modification", root.status());
+    auto mounted = cdihook::DisableDeviceNodeModification({.container_root = *root});
+    return mounted.ok() ? 0 : Fail("disable-device-node-modification", mounted.status());
+  }
+  for (const CLI::App* sub : ignored) {
     if (sub->parsed()) {
-      LOG_WARNING("hook not implemented; skipped", {{"hook", sub->get_name()}});
+      LOG_WARNING("hook not used by this driver's CDI specs; ignored", {{"hook", sub->get_name()}});
       return 0;
     }
   }

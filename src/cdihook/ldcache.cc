@@ -113,9 +113,9 @@ StatusOr<std::vector<std::string>> ExpandInclude(int root_fd, const std::string&
   return matches;
 }
 
-std::string NewConfName() {
+std::string NewConfName(std::string_view prefix) {
   static thread_local std::mt19937 engine{std::random_device{}()};
-  return fmt::format("{}{}.conf", kLdSoConfDPrefix, engine());
+  return fmt::format("{}{}.conf", prefix, engine());
 }
 
 Status WriteAll(int fd, std::string_view data, std::string_view what) {
@@ -212,8 +212,8 @@ StatusOr<std::set<std::string>> ConfiguredLibraryFolders(int root_fd, bool debia
   return folders;
 }
 
-StatusOr<std::optional<std::string>> WriteLdSoConfFile(int root_fd,
-                                                      std::span<const std::string> folders) {
+StatusOr<std::optional<std::string>> WriteLdSoConfFile(int root_fd, std::span<const std::string> folders,
+                                                      std::string_view prefix) {
   std::vector<std::string> unique;
   for (const std::string& f : folders) {
     if (std::find(unique.begin(), unique.end(), f) == unique.end()) unique.push_back(f);
@@ -227,7 +227,7 @@ StatusOr<std::optional<std::string>> WriteLdSoConfFile(int root_fd,
                    ResolveParentInRoot(root_fd, fmt::format("{}/x", kLdSoConfD), true));
   constexpr int kAttempts = 100;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    const std::string name = NewConfName();
+    const std::string name = NewConfName(prefix);
     const int raw = ::openat(dir.dir.get(), name.c_str(),
                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (raw < 0 && errno == EEXIST) continue;
@@ -242,7 +242,7 @@ StatusOr<std::optional<std::string>> WriteLdSoConfFile(int root_fd,
     return std::optional<std::string>(container_path);
   }
   return common::AlreadyExistsError(
-      fmt::format("{}: no free {}*.conf name after {} attempts", kLdSoConfD, kLdSoConfDPrefix, kAttempts));
+      fmt::format("{}: no free {}*.conf name after {} attempts", kLdSoConfD, prefix, kAttempts));
 }
 
 Status UpdateLdcache(const LdcacheOptions& options) {

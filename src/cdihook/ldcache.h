@@ -14,7 +14,7 @@
 // re-executed child in a private mount namespace with a fresh /proc: more
 // privileged machinery for the same confinement of a trusted host binary.
 //
-// Defines: LdcacheOptions, kLdSoConfDPrefix, IsDebianLike,
+// Defines: LdcacheOptions, kLdSoConfDPrefix, kCudaCompatLdSoConfDPrefix, IsDebianLike,
 // ConfiguredLibraryFolders, WriteLdSoConfFile, UpdateLdcache.
 //
 // Ownership: values; descriptors borrowed. Thread-safety: thread-safe (no
@@ -36,6 +36,9 @@ namespace nvdra::cdihook {
 // wins over libraries the image ships, but after 00-cuda-compat, which some
 // images carry on purpose (the toolkit chose the same name for this reason).
 inline constexpr std::string_view kLdSoConfDPrefix = "00-nvcr-";
+// The enable-cuda-compat hook's file (cuda_compat.h): "00-compat" sorts
+// before "00-nvcr", so forward-compatible libraries beat the mounted driver.
+inline constexpr std::string_view kCudaCompatLdSoConfDPrefix = "00-compat-";
 
 struct LdcacheOptions {
   std::filesystem::path container_root;  // host path of the container's root
@@ -58,11 +61,11 @@ struct LdcacheOptions {
                                                                                bool debian_like);
 
 // Writes `folders` (duplicates dropped, order kept), one a line, to a new
-// /etc/ld.so.conf.d/00-nvcr-<random>.conf in the root, mode 0644 so non-root
+// /etc/ld.so.conf.d/<prefix><random>.conf in the root, mode 0644 so non-root
 // containers can read it, creating the folder if needed. Returns the
 // container path of the file, or nullopt (nothing written) for no folders.
 [[nodiscard]] common::StatusOr<std::optional<std::string>> WriteLdSoConfFile(
-    int root_fd, std::span<const std::string> folders);
+    int root_fd, std::span<const std::string> folders, std::string_view prefix = kLdSoConfDPrefix);
 
 // The whole hook. kNotFound when ldconfig_path is not an executable file
 // (checked before the container is changed); kFailedPrecondition for an empty

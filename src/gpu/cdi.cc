@@ -405,6 +405,10 @@ StatusOr<CdiContainerEdits> BuildCommonEdits(const CommonEditsOptions& options) 
     edits.hooks.push_back(MakeHook(options.hook_path, "create-symlinks", args));
   }
 
+  // enable-cuda-compat before update-ldcache: the ld.so.conf.d file it may
+  // write must be there when ldconfig runs.
+  edits.hooks.push_back(MakeHook(options.hook_path, "enable-cuda-compat", {"--host-driver-version=" + version}));
+
   // update-ldcache with the library folders (container view).
   std::vector<std::string> folders;
   for (std::size_t i = 0; i < library_mounts; ++i) {
@@ -419,6 +423,9 @@ StatusOr<CdiContainerEdits> BuildCommonEdits(const CommonEditsOptions& options) 
     args.push_back(f);
   }
   edits.hooks.push_back(MakeHook(options.hook_path, "update-ldcache", args));
+  // CUDA in the container must not create device nodes: the runtime gave it
+  // the allocated ones.
+  edits.hooks.push_back(MakeHook(options.hook_path, "disable-device-node-modification", {}));
   return edits;
 }
 

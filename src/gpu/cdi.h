@@ -65,13 +65,16 @@ struct CommonEditsOptions {
 //     nvidia-imex-ctl (first executable match in the usual bin folders);
 //   createContainer hooks: `create-symlinks --link <target>::<link>` for the
 //     soname and .so links the host has beside each library (plus
-//     libcuda.so.1::libcuda.so), and `update-ldcache --folder <dir>` for the
-//     library folders.
+//     libcuda.so.1::libcuda.so), `enable-cuda-compat
+//     --host-driver-version=<version>` (the image's CUDA forward-compatibility
+//     libraries first when newer), `update-ldcache --folder <dir>` for the
+//     library folders, and `disable-device-node-modification` (the
+//     container's /proc/driver/nvidia/params says ModifyDeviceFiles: 0), in
+//     that order.
 // Only what exists is included. kInvalidArgument for an empty driver version
 // or hook path; kNotFound when no libcuda.so.<version> or
 // libnvidia-ml.so.<version> exists in the library folders.
-// Not emitted (our hook does not implement them): enable-cuda-compat,
-// disable-device-node-modification, and the chmod hook nvcdi disables.
+// Not emitted: the chmod hook nvcdi disables.
 [[nodiscard]] common::StatusOr<kubeletplugin::CdiContainerEdits> BuildCommonEdits(
     const CommonEditsOptions& options);
 

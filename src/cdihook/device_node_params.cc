@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "cdihook/in_root.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 
@@ -26,35 +27,6 @@ constexpr std::string_view kModifyOn = "ModifyDeviceFiles: 1";
 constexpr std::string_view kModifyOff = "ModifyDeviceFiles: 0";
 
 std::string FdPath(int fd) { return fmt::format("/proc/self/fd/{}", fd); }
-
-// procfs files report size 0: read to the end.
-StatusOr<std::optional<std::string>> ReadWhole(const std::filesystem::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return std::optional<std::string>();
-    return common::ErrnoToStatus(errno, fmt::format("open {}", path.string()));
-  }
-  std::string content;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return common::ErrnoToStatus(errno, fmt::format("read {}", path.string()));
-    if (n == 0) break;
-    content.append(buffer, static_cast<std::size_t>(n));
-  }
-  return std::optional<std::string>(std::move(content));
-}
-
-Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return common::ErrnoToStatus(errno, "write the params copy");
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return common::OkStatus();
-}
 
 // A folder of the container's root with a tmpfs on it, while the copy is
 // made; unmounted (detached) and removed on destruction whatever happened.
@@ -131,8 +103,9 @@ std::optional<std::string> ParamsWithDeviceFilesUnmodifiable(std::string_view pa
 }
 
 StatusOr<bool> DisableDeviceNodeModification(const DeviceNodeParamsOptions& options) {
-  ASSIGN_OR_RETURN(const std::optional<std::string> host, ReadWhole(options.host_params));
-  if (!host) {
+  StatusOr<std::string> host = common::ReadWholeFile(options.host_params);
+  if (!host.ok()) {
+    if (host.status().code() != common::StatusCode::kNotFound) return host.status();
     LOG_INFO(2, "no driver params file on the host; nothing to do", {{"path", options.host_params}});
     return false;
   }
@@ -150,7 +123,7 @@ StatusOr<bool> DisableDeviceNodeModification(const DeviceNodeParamsOptions& opti
   ASSIGN_OR_RETURN(const int tmpfs, scratch.Mount(copy->size()));
   UniqueFd file(::openat(tmpfs, "params", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444));
   if (!file) return common::ErrnoToStatus(errno, "create the params copy");
-  RETURN_IF_ERROR(WriteAll(file.get(), *copy));
+  RETURN_IF_ERROR(common::WriteAll(file.get(), *copy, "the params copy"));
   if (::fchmod(file.get(), 0444) != 0) return common::ErrnoToStatus(errno, "chmod the params copy");
 
   if (::mount(FdPath(file.get()).c_str(), FdPath(below->get()).c_str(), nullptr, MS_BIND, nullptr) != 0) {

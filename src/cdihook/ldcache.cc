@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "cdihook/in_root.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 
@@ -116,16 +117,6 @@ StatusOr<std::vector<std::string>> ExpandInclude(int root_fd, const std::string&
 std::string NewConfName(std::string_view prefix) {
   static thread_local std::mt19937 engine{std::random_device{}()};
   return fmt::format("{}{}.conf", prefix, engine());
-}
-
-Status WriteAll(int fd, std::string_view data, std::string_view what) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return common::ErrnoToStatus(errno, fmt::format("write {}", what));
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return common::OkStatus();
 }
 
 // Runs `argv` (argv[0] is the program path) with an empty environment and
@@ -234,7 +225,7 @@ StatusOr<std::optional<std::string>> WriteLdSoConfFile(int root_fd, std::span<co
     const std::string container_path = fmt::format("{}/{}", kLdSoConfD, name);
     if (raw < 0) return common::ErrnoToStatus(errno, fmt::format("create {}", container_path));
     UniqueFd fd(raw);
-    RETURN_IF_ERROR(WriteAll(fd.get(), content, container_path));
+    RETURN_IF_ERROR(common::WriteAll(fd.get(), content, container_path));
     // Not left to the umask: containers running as another user must read it.
     if (::fchmod(fd.get(), 0644) != 0) {
       return common::ErrnoToStatus(errno, fmt::format("chmod {}", container_path));

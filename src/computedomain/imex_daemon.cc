@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "computedomain/imex_files.h"
 #include "k8s/cache/informer.h"
@@ -79,7 +80,7 @@ Status ImexDaemon::WriteStaticFiles() {
   // upstream does; the image's copy is the fallback.
   std::filesystem::path template_path = options_.imexd_dir / "imexd.cfg.tmpl";
   if (!std::filesystem::exists(template_path, ec)) template_path = options_.config_template;
-  ASSIGN_OR_RETURN(std::string template_text, ReadWholeFile(template_path));
+  ASSIGN_OR_RETURN(std::string template_text, common::ReadWholeFile(template_path));
   auto rendered = RenderImexConfig(template_text, {.cmd_bind_interface_ip = options_.identity.pod_ip,
                                                    .nodes_config_path = nodes_path_.string()});
   if (!rendered.ok()) return common::InvalidArgumentError(template_path.string() + ": " + rendered.status().message());
@@ -266,7 +267,7 @@ void ImexDaemon::UpdatePeersDnsNames(const std::vector<CliqueMember>& members) {
   if (own_index && !own_index_known_) LOG_INFO(2, "this node's index is assigned", {{"node", id.node_name}});
   own_index_known_ = own_index;
   if (ip_by_index != ip_by_index_) {
-    auto hosts = ReadWholeFile(options_.hosts_file);
+    auto hosts = common::ReadWholeFile(options_.hosts_file);
     if (!hosts.ok() && !k8s::IsNotFound(hosts.status())) {
       LOG_ERROR("cannot read the hosts file", {{"err", hosts.status()}});
       return;

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
 #include "common/unique_fd.h"
 
 namespace nvdra::computedomain {
@@ -27,18 +28,6 @@ int LineOf(std::string_view text, size_t offset) {
   int line = 1;
   for (size_t i = 0; i < offset && i < text.size(); ++i) line += text[i] == '\n' ? 1 : 0;
   return line;
-}
-
-Status WriteAll(int fd, std::string_view content, const std::filesystem::path& path) {
-  while (!content.empty()) {
-    const ssize_t n = write(fd, content.data(), content.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return common::ErrnoToStatus(errno, "write " + path.string());
-    }
-    content.remove_prefix(static_cast<size_t>(n));
-  }
-  return common::OkStatus();
 }
 
 }  // namespace
@@ -107,7 +96,7 @@ Status WriteFileAtomically(const std::filesystem::path& path, std::string_view c
   std::string name = temp.string();
   common::UniqueFd fd(mkstemp(name.data()));
   if (!fd) return common::ErrnoToStatus(errno, "create a temporary file for " + path.string());
-  Status status = WriteAll(fd.get(), content, name);
+  Status status = common::WriteAll(fd.get(), content, name);
   if (status.ok() && fchmod(fd.get(), 0644) != 0) status = common::ErrnoToStatus(errno, "chmod " + name);
   if (status.ok() && rename(name.c_str(), path.c_str()) != 0) {
     status = common::ErrnoToStatus(errno, "rename to " + path.string());
@@ -119,23 +108,7 @@ Status WriteFileAtomically(const std::filesystem::path& path, std::string_view c
 Status WriteFileInPlace(const std::filesystem::path& path, std::string_view content) {
   common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd) return common::ErrnoToStatus(errno, "open " + path.string());
-  return WriteAll(fd.get(), content, path);
-}
-
-StatusOr<std::string> ReadWholeFile(const std::filesystem::path& path) {
-  common::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return common::ErrnoToStatus(errno, "open " + path.string());
-  std::string out;
-  char buffer[8192];
-  while (true) {
-    const ssize_t n = read(fd.get(), buffer, sizeof buffer);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return common::ErrnoToStatus(errno, "read " + path.string());
-    }
-    if (n == 0) return out;
-    out.append(buffer, static_cast<size_t>(n));
-  }
+  return common::WriteAll(fd.get(), content, path.string());
 }
 
 }  // namespace nvdra::computedomain

@@ -62,7 +62,4 @@ common::Status WriteFileAtomically(const std::filesystem::path& path, std::strin
 // point fails with EBUSY, so the atomic writer cannot be used there.
 common::Status WriteFileInPlace(const std::filesystem::path& path, std::string_view content);
 
-// The whole file. Errors are errno-mapped (kNotFound when absent).
-common::StatusOr<std::string> ReadWholeFile(const std::filesystem::path& path);
-
 }  // namespace nvdra::computedomain

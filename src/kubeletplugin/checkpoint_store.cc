@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
 
@@ -19,35 +20,6 @@ using common::ErrnoToStatus;
 using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
-
-StatusOr<std::string> ReadWholeFile(const std::filesystem::path& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return ErrnoToStatus(errno, "open " + path.string());
-  std::string data;
-  char buf[64 * 1024];
-  for (;;) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "read " + path.string());
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-  return data;
-}
-
-Status WriteAll(int fd, std::string_view data, const std::filesystem::path& path) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, "write " + path.string());
-    }
-    data.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return common::OkStatus();
-}
 
 // Removes the temporary file unless the rename committed it.
 class TempFileGuard {
@@ -70,7 +42,7 @@ class TempFileGuard {
 CheckpointStore::CheckpointStore(std::filesystem::path path) : path_(std::move(path)) {}
 
 StatusOr<Checkpoint> CheckpointStore::Load() const {
-  auto data = ReadWholeFile(path_);
+  auto data = common::ReadWholeFile(path_);
   if (!data.ok()) {
     if (data.status().code() == common::StatusCode::kNotFound) return Checkpoint{};
     return data.status();
@@ -97,7 +69,7 @@ Status CheckpointStore::Store(const Checkpoint& checkpoint) const {
   const std::filesystem::path tmp_path(tmp_buf.data());
   TempFileGuard guard(tmp_path);
 
-  RETURN_IF_ERROR(WriteAll(fd.get(), data, tmp_path));
+  RETURN_IF_ERROR(common::WriteAll(fd.get(), data, tmp_path.string()));
   // fsync before rename: otherwise a crash can leave the new name pointing at
   // a file whose data never reached the disk.
   if (::fsync(fd.get()) != 0) return ErrnoToStatus(errno, "fsync " + tmp_path.string());

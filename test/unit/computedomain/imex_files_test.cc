@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/file_io.h"
+
 namespace nvdra::computedomain {
 namespace {
 
@@ -28,7 +30,7 @@ TEST(RenderImexConfigTest, UnknownVariableAndUnclosedBracesNameTheLine) {
 
 TEST(RenderImexConfigTest, ShippedTemplateRendersEveryKeyTheDriverSets) {
   auto text =
-      ReadWholeFile(std::filesystem::path(NVDRA_SOURCE_DIR) / "templates/compute-domain-daemon-config.tmpl.cfg");
+      common::ReadWholeFile(std::filesystem::path(NVDRA_SOURCE_DIR) / "templates/compute-domain-daemon-config.tmpl.cfg");
   ASSERT_TRUE(text.ok()) << text.status();
   auto out = RenderImexConfig(*text, {.cmd_bind_interface_ip = "10.0.0.9", .nodes_config_path = "/imexd/nodes.cfg"});
   ASSERT_TRUE(out.ok()) << out.status();
@@ -62,9 +64,9 @@ TEST(WriteFileTest, AtomicWriteReplacesAndLeavesNoTemporaryFile) {
   const std::filesystem::path dir(dir_template);
   ASSERT_TRUE(WriteFileAtomically(dir / "a.cfg", "one\n").ok());
   ASSERT_TRUE(WriteFileAtomically(dir / "a.cfg", "two\n").ok());
-  EXPECT_EQ(*ReadWholeFile(dir / "a.cfg"), "two\n");
+  EXPECT_EQ(*common::ReadWholeFile(dir / "a.cfg"), "two\n");
   ASSERT_TRUE(WriteFileInPlace(dir / "hosts", "h\n").ok());
-  EXPECT_EQ(*ReadWholeFile(dir / "hosts"), "h\n");
+  EXPECT_EQ(*common::ReadWholeFile(dir / "hosts"), "h\n");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
   EXPECT_EQ(WriteFileAtomically(dir / "missing" / "x", "y").code(), common::StatusCode::kNotFound);
   std::filesystem::remove_all(dir);

@@ -900,8 +900,9 @@ TEST_F(CdControllerTest, EntryIsWrittenBeforeTheKubeletReportsThePodIp) {
 // A workload claim made from the domain's template (it carries the
 // template's labels) is allocated by the scheduler: the controller labels
 // the allocated node for the domain at once, before any kubelet prepares
-// the claim; a node that serves another domain keeps its label. Teardown
-// removes the label it set.
+// the claim; a node that serves another domain keeps its label; a claim
+// without consumers (its pod gone) labels nothing. Teardown removes the
+// label it set.
 TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
   // One worker: the queue's items are handled in the order they came, so when
   // the last claim's node is labelled the earlier ones were decided.
@@ -916,7 +917,8 @@ TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
   ASSERT_TRUE(dss_->WaitFor(DaemonKey(uid), [](const auto& o) { return o.has_value(); }));
   EnsureNode("alloc-free");
   CreateNode("alloc-busy", "another-domain");
-  auto allocate = [&](const std::string& claim, const std::string& node, const std::string& ns = kUserNs) {
+  auto allocate = [&](const std::string& claim, const std::string& node, const std::string& ns = kUserNs,
+                      bool consumed = true) {
     const json request = {{"name", "channel"},
                           {"exactly", {{"deviceClassName", "compute-domain-default-channel.nvidia.com"}}}};
     json object = {
@@ -934,22 +936,33 @@ TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
     json allocation = {
         {"devices", {{"results", json::array({result})}}},
         {"nodeSelector", {{"nodeSelectorTerms", json::array({{{"matchFields", json::array({field})}}})}}}};
+    json status = {{"allocation", allocation}};
+    if (consumed) {
+      status["reservedFor"] = json::array({{{"resource", "pods"}, {"name", claim + "-pod"}, {"uid", "uid-" + claim}}});
+    }
     auto patched = env_->client->Patch(k8s::resources::kResourceClaims, ns, claim, k8s::PatchType::kMerge,
-                                       {{"status", {{"allocation", allocation}}}}, StatusPatch());
+                                       {{"status", status}}, StatusPatch());
     ASSERT_TRUE(patched.ok()) << patched.status();
   };
+  constexpr char kNodeLabel[] = "/metadata/labels/resource.nvidia.com~1computeDomain";
+  // A claim allocated with no consumer left: the resource-claim controller
+  // empties reservedFor once the claim's pod is gone, after the kubelet
+  // plugin's Unprepare removed the node's label; that update must not label
+  // the node again (its daemon would stay there for good).
+  EnsureNode("alloc-left");
+  allocate("worker-left-channel", "alloc-left", kUserNs, /*consumed=*/false);
   allocate("worker-busy-channel", "alloc-busy");
   // Another namespace's claim with the domain's labels (anyone can set them)
   // places no daemon.
   EnsureNode("alloc-intruded");
   allocate("intruder-channel", "alloc-intruded", "cdc-intruder");
   allocate("worker-free-channel", "alloc-free");
-  constexpr char kNodeLabel[] = "/metadata/labels/resource.nvidia.com~1computeDomain";
   ASSERT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel) == uid; }))
       << nodes_->Get("alloc-free").value_or(json()).dump();
   EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");
   EXPECT_EQ(Str(*nodes_->Get("alloc-intruded"), kNodeLabel), "") << "labelled for another namespace's claim";
-  for (const char* claim : {"worker-busy-channel", "worker-free-channel"}) {
+  EXPECT_EQ(Str(*nodes_->Get("alloc-left"), kNodeLabel), "") << "labelled for a claim no pod uses";
+  for (const char* claim : {"worker-left-channel", "worker-busy-channel", "worker-free-channel"}) {
     EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, kUserNs, claim).ok());
   }
   EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, "cdc-intruder", "intruder-channel").ok());

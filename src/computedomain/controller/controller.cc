@@ -59,6 +59,14 @@ std::string DaemonIpOf(const json& pod) {
   std::string ip = Str(pod, "/status/podIP"_json_pointer);
   return ip.empty() ? MetadataValue(pod, "annotations", kDaemonIpAnnotation) : ip;
 }
+// A claim some pod is reserved to use (status.reservedFor, which the
+// scheduler writes with the allocation and the resource-claim controller
+// empties once its pods are gone).
+bool HasConsumers(const json& claim) {
+  const json::json_pointer reserved_at("/status/reservedFor");
+  return claim.contains(reserved_at) && claim.at(reserved_at).is_array() && !claim.at(reserved_at).empty();
+}
+
 bool HasLabel(const json& o, std::string_view key) {
   return o.contains("/metadata/labels"_json_pointer) && o["metadata"]["labels"].contains(std::string(key));
 }
@@ -359,7 +367,7 @@ Status Controller::Run(std::stop_token stop) {
     // A workload claim just allocated: label its node at once (see
     // LabelAllocatedNode).
     auto allocated = [this](const ObjectPtr& o) {
-      if (o && o->contains("/status/allocation"_json_pointer) && !Deleting(*o) &&
+      if (o && o->contains("/status/allocation"_json_pointer) && HasConsumers(*o) && !Deleting(*o) &&
           Label(*o, kTargetLabel) == "Workload") {
         queue_.Add(std::string(kAllocatedPrefix) + Key(*o));
       }
@@ -1132,7 +1140,10 @@ void Controller::ForgetCliqueWritesLocked(const std::string& uid) {
 
 Status Controller::LabelAllocatedNode(const std::string& claim_key, std::stop_token stop) {
   ObjectPtr claim = informers_->claims->store().Get(claim_key);
-  if (!claim || Deleting(*claim)) return OkStatus();
+  // Without consumers the claim is on its way out (its pod is gone, after
+  // the kubelet plugin's Unprepare removed the node's label): labelling now
+  // would keep a daemon on a node nothing uses.
+  if (!claim || Deleting(*claim) || !HasConsumers(*claim)) return OkStatus();
   const std::string uid = Label(*claim, kComputeDomainLabel);
   const std::string node = AllocatedNodeName(*claim);
   if (uid.empty() || node.empty()) return OkStatus();

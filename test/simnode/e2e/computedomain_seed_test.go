@@ -104,7 +104,10 @@ func seedNvbandwidth(ctx context.Context, t *testing.T, c *cdCluster) {
 	t.Logf("apply to workers Ready and the domain Ready on %v: %.1f s", nodes, time.Since(start).Seconds())
 	c.checkStatusMatchesCliques(ctx, t, cd, status)
 
-	// One daemon per worker node, and only there.
+	// One daemon per worker node, and only there. The kubelet reports a
+	// daemon pod Running, with its IP, in a status update that can come after
+	// the domain is Ready (the daemon publishes its own IP): wait for it.
+	c.waitForDaemonPods(ctx, t, cd, nodes)
 	daemons := c.DaemonPods(ctx, t, cd)
 	if len(daemons) != len(nodes) {
 		t.Errorf("daemon pods on %v, want one on each of %v", sortedKeys(daemons), nodes)
@@ -291,12 +294,8 @@ func seedTwoCliques(ctx context.Context, t *testing.T, c *cdCluster) {
 			seen[*e.Index] = true
 		}
 	}
-	daemons := c.DaemonPods(ctx, t, cd)
-	for _, node := range nodes {
-		if daemons[node] == nil {
-			t.Fatalf("no daemon on %s", node)
-		}
-	}
+	// Running with the IP the kubelet reports (see above).
+	daemons := c.waitForDaemonPods(ctx, t, cd, nodes)
 	for _, node := range nodes {
 		c.checkIMEXPeers(ctx, t, daemons, node)
 	}
@@ -422,7 +421,13 @@ func (c *cdCluster) checkSecondNamespaceRefused(ctx context.Context, t *testing.
 func (c *cdCluster) checkStatusMatchesCliques(ctx context.Context, t *testing.T, cd *computeDomain, s cdStatus) {
 	t.Helper()
 	cliques := c.Cliques(ctx, t, cd)
-	daemons := c.DaemonPods(ctx, t, cd)
+	// The pods' IPs as the kubelet reports them, once it has: the domain can
+	// be Ready before that report (the daemon publishes its own IP).
+	var nodes []string
+	for node := range s.Nodes {
+		nodes = append(nodes, node)
+	}
+	daemons := c.waitForDaemonPods(ctx, t, cd, nodes)
 	for node, n := range s.Nodes {
 		e, ok := cliques[n.CliqueID][node]
 		switch {

@@ -365,19 +365,23 @@ Status Controller::Run(std::stop_token stop) {
   }
   if (informers_->claims) {
     // A workload claim just allocated: label its node at once (see
-    // LabelAllocatedNode).
-    auto allocated = [this](const ObjectPtr& o) {
-      if (o && o->contains("/status/allocation"_json_pointer) && HasConsumers(*o) && !Deleting(*o) &&
-          Label(*o, kTargetLabel) == "Workload") {
-        queue_.Add(std::string(kAllocatedPrefix) + Key(*o));
-      }
+    // LabelAllocatedNode). Only the transition counts, as an update event
+    // shows it: a claim seen already allocated (a relist after a watch
+    // broke, a controller restart) may belong to a pod that is going away,
+    // whose node the kubelet plugin has already unlabelled; the plugin
+    // labels the node at Prepare anyway.
+    auto in_use = [](const json& o) {
+      return o.contains("/status/allocation"_json_pointer) && HasConsumers(o) && !Deleting(o) &&
+             Label(o, kTargetLabel) == "Workload";
     };
-    informers_->claims->AddEventHandler({.on_add = allocated,
-                                         .on_update = [allocated](const ObjectPtr&, const ObjectPtr& o) {
-                                           allocated(o);
-                                         },
-                                         .on_delete = [](const ObjectPtr&) {},
-                                         .needs_old_object = false});
+    informers_->claims->AddEventHandler(
+        {.on_add = [](const ObjectPtr&) {},
+         .on_update =
+             [this, in_use](const ObjectPtr& old, const ObjectPtr& o) {
+               if (old && o && !in_use(*old) && in_use(*o)) queue_.Add(std::string(kAllocatedPrefix) + Key(*o));
+             },
+         .on_delete = [](const ObjectPtr&) {},
+         .needs_old_object = true});
   }
   if (informers_->pods) {
     k8s::cache::EventHandler pods = by_label;

@@ -2,8 +2,8 @@
 // specs, command-line compatible with nvidia-container-toolkit's binary of
 // the same name: `create-symlinks --link <target>::<link>...`,
 // `enable-cuda-compat --host-driver-version <version>`,
-// `update-ldcache --folder <dir>...` and `disable-device-node-modification`. The runtime passes the container state
-// on stdin. The toolkit's other hooks, which our specs never name, are
+// `update-ldcache --folder <dir>...` and `disable-device-node-modification`.
+// The runtime passes the container state on stdin. The toolkit's other hooks, which our specs never name, are
 // accepted and ignored with a warning, as the toolkit itself treats hooks it
 // does not know, so a spec written for a newer toolkit does not fail the
 // container.

@@ -47,10 +47,7 @@ StatusOr<std::optional<std::string>> CompatLibcudaVersion(int root_fd) {
     if (IsNotFound(dir.status())) return std::optional<std::string>();
     return dir.status();
   }
-  const int dir_fd = dir->get();
-  // fdopendir takes the descriptor over; stat through our own duplicate.
-  UniqueFd stat_fd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (!stat_fd) return common::ErrnoToStatus(errno, fmt::format("open {}", kCudaCompatFolder));
+  // fdopendir takes the descriptor over; closedir closes it.
   std::unique_ptr<DIR, int (*)(DIR*)> listing(::fdopendir(dir->Release()), &::closedir);
   if (!listing) return common::ErrnoToStatus(errno, fmt::format("list {}", kCudaCompatFolder));
   std::vector<std::string> versions;
@@ -60,7 +57,9 @@ StatusOr<std::optional<std::string>> CompatLibcudaVersion(int root_fd) {
     const std::string_view version = name.substr(kLibcudaPrefix.size());
     if (version.find('.') == std::string_view::npos) continue;  // libcuda.so.1, the soname link
     struct stat st {};
-    if (::fstatat(stat_fd.get(), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::fstatat(::dirfd(listing.get()), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+      continue;
+    }
     versions.emplace_back(version);
   }
   if (versions.size() > 1) {

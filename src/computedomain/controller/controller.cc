@@ -375,12 +375,12 @@ Status Controller::Run(std::stop_token stop) {
              Label(o, kTargetLabel) == "Workload";
     };
     informers_->claims->AddEventHandler(
-        {.on_add = [](const ObjectPtr&) {},
+        {.on_add = nullptr,
          .on_update =
              [this, in_use](const ObjectPtr& old, const ObjectPtr& o) {
                if (old && o && !in_use(*old) && in_use(*o)) queue_.Add(std::string(kAllocatedPrefix) + Key(*o));
              },
-         .on_delete = [](const ObjectPtr&) {},
+         .on_delete = nullptr,
          .needs_old_object = true});
   }
   if (informers_->pods) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "common/unique_fd.h"
 
 namespace nvdra::mocknvml {
@@ -341,16 +342,9 @@ Status MigStateStore::Write(const MigState& state) const {
   {
     UniqueFd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) return common::ErrnoToStatus(errno, "open " + temp.string());
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int saved = errno;
-        ::unlink(temp.c_str());
-        return common::ErrnoToStatus(saved, "write " + temp.string());
-      }
-      done += static_cast<std::size_t>(n);
+    if (Status written = common::WriteAll(fd.get(), text, temp.string()); !written.ok()) {
+      ::unlink(temp.c_str());
+      return written;
     }
     // fsync before rename: a reader must never see a renamed but empty file.
     if (::fsync(fd.get()) != 0) return common::ErrnoToStatus(errno, "fsync " + temp.string());

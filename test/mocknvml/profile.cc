@@ -6,12 +6,12 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "common/file_io.h"
 
 namespace nvdra::mocknvml {
 namespace {
@@ -429,13 +429,11 @@ StatusOr<std::filesystem::path> FindProfilePath() {
 }
 
 StatusOr<Profile> LoadProfile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) return common::NotFoundError("cannot read profile " + path.string());
-  std::stringstream text;
-  text << in.rdbuf();
+  StatusOr<std::string> text = common::ReadWholeFile(path);
+  if (!text.ok()) return text.status().WithContext("cannot read profile");
   json root;
   try {
-    root = json::parse(text.str());
+    root = json::parse(*text);
   } catch (const json::exception& e) {
     return common::InvalidArgumentError("profile " + path.string() + ": " + e.what());
   }

@@ -167,7 +167,9 @@ func startCDCluster(ctx context.Context, t *testing.T, opts cdClusterOptions) *c
 	c.Helm = setup.runner(ctx, t, env.cp.Kubeconfig)
 	start := time.Now()
 	c.Helm(args...)
-	waitCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	// Three minutes up to 72 nodes; beyond, 2.5 s more per node: on the
+	// 2-core CI machine 256 nodes started 55 plugin pods in the first three.
+	waitCtx, cancel := context.WithTimeout(ctx, max(3*time.Minute, time.Duration(len(env.nodes.Nodes))*2500*time.Millisecond))
 	defer cancel()
 	c.pluginPods = waitForChartPlugins(waitCtx, t, c.Client, len(env.nodes.Nodes), func(*corev1.Pod) bool { return true })
 	c.waitForCDSlices(waitCtx, t, c.pluginPods)

@@ -176,7 +176,9 @@ func (a auditCounts) controlPlane() int {
 }
 
 func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResult {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	// 20 minutes, and 5 s more per node: starting the plugin pods alone takes
+	// ~2.5 s per node at 256 nodes on two cores.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(n)*5*time.Second)
 	defer cancel()
 	var cliques []int
 	for left := n; left > 0; left -= perClique {

@@ -49,10 +49,11 @@ std::unique_ptr<grpc::Server> BuildAndStart(grpc::ServerBuilder& builder, bool w
   // calls. A thread that finishes a call while MAX_POLLERS (default 2) others
   // wait ends, and a call that takes the last waiting one starts a new thread;
   // a waiting thread also ends after CQ_TIMEOUT_MSEC (default 10 s) without a
-  // call. A call that arrives while the previous one is still finishing (the
-  // kubelet's unprepare right after a prepare's reply) was enough to start
-  // and end a thread about once a second, each time on another cached stack:
-  // resident memory crept by 0.1 MiB per 2,000 prepares (plugin-prepare-bench).
+  // call. A call that arrives while the previous one is still finishing (in
+  // plugin-prepare-bench, the unprepare sent as soon as a prepare's reply is
+  // in) was enough to start and end a thread about once a second, each time
+  // on another cached stack: resident memory crept by 0.1 MiB per 2,000
+  // prepares.
   // With room for four waiting threads, and no idle timeout, the threads
   // started stay; shutdown still ends them.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);

@@ -21,6 +21,9 @@
 # without `patch`, or when a sum or patch fails, <prefix>_OK is FALSE and the
 # caller falls back to Debian's library.
 
+# Included by each module that builds from Debian's source; defined once.
+include_guard(GLOBAL)
+
 # Runs one step of `what` while ${ok_var} holds; on failure warns with the
 # output's tail and clears ${ok_var} in the caller's scope.
 macro(_nvdra_debian_step ok_var what)

@@ -3,10 +3,10 @@
 // the same name: `create-symlinks --link <target>::<link>...`,
 // `enable-cuda-compat --host-driver-version <version>`,
 // `update-ldcache --folder <dir>...` and `disable-device-node-modification`.
-// The runtime passes the container state on stdin. The toolkit's other hooks, which our specs never name, are
-// accepted and ignored with a warning, as the toolkit itself treats hooks it
-// does not know, so a spec written for a newer toolkit does not fail the
-// container.
+// The runtime passes the container state on stdin. The toolkit's other
+// hooks, which our specs never name, are accepted and ignored with a
+// warning, as the toolkit itself treats hooks it does not know, so a spec
+// written for a newer toolkit does not fail the container.
 
 #include <array>
 #include <string>

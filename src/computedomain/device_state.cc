@@ -362,12 +362,7 @@ Status CdDeviceState::CheckHostImexReady() const {
   return common::OkStatus();
 }
 
-Status CdDeviceState::RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint) {
-  if (options_.host_managed) return common::OkStatus();
-  auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
-  if (!node.ok()) return node.status();
-  const std::string labelled = k8s::Object(*node).label(kComputeDomainNodeLabel);
-  if (labelled.empty()) return common::OkStatus();
+bool CdDeviceState::DomainInUse(const kubeletplugin::Checkpoint& checkpoint, const std::string& cd_uid) const {
   for (const auto& [uid, entry] : checkpoint.claims) {
     if (entry.state == kubeletplugin::ClaimCheckpointState::kPrepareAborted) continue;
     auto allocation = entry.status.is_object() ? entry.status.find("allocation") : entry.status.end();
@@ -376,15 +371,48 @@ Status CdDeviceState::RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& che
     if (!groups.ok()) continue;
     for (const api::ConfiguredResults& group : *groups) {
       if (group.config.kind == api::ConfigKind::kComputeDomainChannelConfig &&
-          StringAt(group.config.object, "domainID") == labelled) {
-        return common::OkStatus();  // in use
+          StringAt(group.config.object, "domainID") == cd_uid) {
+        return true;
       }
     }
   }
+  return false;
+}
+
+Status CdDeviceState::RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint) {
+  if (options_.host_managed) return common::OkStatus();
+  auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
+  if (!node.ok()) return node.status();
+  const std::string labelled = k8s::Object(*node).label(kComputeDomainNodeLabel);
+  if (labelled.empty() || DomainInUse(checkpoint, labelled)) return common::OkStatus();
   LOG_INFO(0, "no prepared channel claim of the node's ComputeDomain (after a reboot, or a lost unprepare); "
               "removing its node label",
            {{"node", options_.node_name}, {"domain", labelled}});
   return RemoveNodeLabel(labelled);
+}
+
+Status CdDeviceState::ReleaseUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint,
+                                             const std::set<std::string>& daemon_domains) {
+  if (options_.host_managed) return common::OkStatus();
+  std::set<std::string> unused;
+  for (const std::string& uid : daemon_domains) {
+    if (!DomainInUse(checkpoint, uid)) unused.insert(uid);
+  }
+  LOG_INFO(4, "unused node label check", {{"daemonDomains", daemon_domains.size()}, {"unused", unused.size()}});
+  Status result = common::OkStatus();
+  for (const std::string& uid : unused) {
+    if (!unused_last_time_.contains(uid)) continue;
+    LOG_INFO(0, "no channel claim of the ComputeDomain whose daemon runs here was prepared since the last check "
+                "(its pod went before the kubelet prepared it); removing the node label",
+             {{"node", options_.node_name}, {"domain", uid}});
+    // RemoveNodeLabel leaves another domain's label alone.
+    if (Status s = RemoveNodeLabel(uid); !s.ok()) {
+      result = s;
+      continue;  // still unused next time: tried again then
+    }
+  }
+  unused_last_time_ = std::move(unused);
+  return result;
 }
 
 Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {

@@ -45,13 +45,15 @@
 //     "configState": {"Type": "channel", "ComputeDomain": "<cdUID>"}}]
 //
 // Ownership: borrows the client, the watch and the CDI writer, which must
-// outlive it. Thread-safety: PrepareDevices/UnprepareDevices are called one at
-// a time (the ClaimPreparer's lock); AwaitRetry, set_clique_id, clique_id and
+// outlive it. Thread-safety: PrepareDevices/UnprepareDevices and
+// ReleaseUnusedNodeLabel are called one at a time (the ClaimPreparer's lock);
+// AwaitRetry, set_clique_id, clique_id and
 // RemoveStaleDomainDirs are thread-safe.
 
 #include <chrono>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,21 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // off it. A claim the kubelet prepares again labels the node again.
   common::Status RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint);
 
+  // driverManaged, while serving (the plugin calls it periodically with the
+  // preparer's locks held, ClaimPreparer::WithCheckpoint): the label a
+  // daemon pod of a domain on this node was placed by, when no channel claim
+  // of that domain is prepared or being prepared here, is removed on the
+  // second call in a row that finds it so. Why: the controller labels a node
+  // as soon as a workload claim is allocated there (before the kubelet
+  // prepares it); a pod deleted before its Prepare never gets the Unprepare
+  // that would remove the label, which would keep the domain's daemon on the
+  // node and every other domain off it until the domain is deleted. Two
+  // calls in a row leave a just-allocated claim one interval to reach its
+  // Prepare; a Prepare after the removal labels the node again.
+  // `daemon_domains`: domain UIDs of the live daemon pods on this node.
+  common::Status ReleaseUnusedNodeLabel(const kubeletplugin::Checkpoint& checkpoint,
+                                        const std::set<std::string>& daemon_domains);
+
   // driverManaged (no-op otherwise): removes the domains/<cdUID>/ folders
   // whose ComputeDomain is not in the watch's cache or is being deleted.
   // Upstream sweeps them every 10 minutes; the plugin calls this at start-up,
@@ -133,6 +150,9 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   std::vector<std::string> PublishedDeviceNames() const;
 
  private:
+  // Whether a channel claim of domain `cd_uid` is prepared or being
+  // prepared (any state but PrepareAborted) in `checkpoint`.
+  bool DomainInUse(const kubeletplugin::Checkpoint& checkpoint, const std::string& cd_uid) const;
   common::Status AddNodeLabel(const std::string& cd_uid);
   common::Status RemoveNodeLabel(const std::string& cd_uid);
   // hostManaged: OK when nvidia-imex-ctl -q says READY; kUnavailable
@@ -146,6 +166,9 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   mutable std::mutex clique_mu_;  // guards clique_id_
   std::mutex dirs_mu_;            // one RemoveStaleDomainDirs at a time
   std::string clique_id_;
+  // Domains ReleaseUnusedNodeLabel found unused on its last call (only that
+  // method, with the preparer's locks held, touches it).
+  std::set<std::string> unused_last_time_;
 };
 
 }  // namespace nvdra::computedomain

@@ -1,6 +1,7 @@
 #include "computedomain/domain_watch.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,8 +51,8 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, D
   if (options.cliques_enabled) {
     cliques = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
                                                    options.driver_namespace);
-    daemon_pods = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, options.driver_namespace);
   }
+  daemon_pods = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, options.driver_namespace);
   return StartWith(std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""),
                    std::move(cliques), std::move(daemon_pods), std::move(options));
 }
@@ -103,7 +104,7 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
     watch->cliques_->AddEventHandler(notify);
     watch->cliques_->Start();
   }
-  if (watch->options_.cliques_enabled && daemon_pods) {
+  if (daemon_pods) {
     k8s::cache::InformerOptions pod_options;
     pod_options.description = "IMEX daemon pods on " + watch->options_.node_name;
     pod_options.label_selector = std::string(kComputeDomainLabel);
@@ -171,8 +172,22 @@ bool DomainWatch::DaemonPodReady(const k8s::ComputeDomain& cd, const std::string
   return false;
 }
 
+std::set<std::string> DomainWatch::DaemonDomains() const {
+  std::set<std::string> domains;
+  if (!daemon_pods_) return domains;
+  for (const k8s::cache::ObjectPtr& pod : daemon_pods_->store().List()) {
+    const k8s::Object view(*pod);
+    if (view.deletion_timestamp()) continue;
+    if (pod->value(nlohmann::json::json_pointer("/spec/nodeName"), std::string()) != options_.node_name) continue;
+    if (std::string uid = view.label(kComputeDomainLabel); !uid.empty()) domains.insert(std::move(uid));
+  }
+  return domains;
+}
+
 bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const {
-  if (daemon_pods_ && !clique_id.empty() && DaemonPodReady(cd, clique_id)) return true;
+  if (daemon_pods_ && options_.cliques_enabled && !clique_id.empty() && DaemonPodReady(cd, clique_id)) {
+    return true;
+  }
   if (cliques_ && !clique_id.empty()) {
     const std::string key = fmt::format("{}/{}.{}", options_.driver_namespace, cd.uid(), clique_id);
     if (k8s::cache::ObjectPtr object = cliques_->store().Get(key)) {

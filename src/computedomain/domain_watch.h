@@ -4,7 +4,8 @@
 // ComputeDomainCliques: informers on ComputeDomains (cluster-wide, indexed by
 // UID), ComputeDomainCliques in the driver namespace when the gate
 // ComputeDomainCliques is on, and the IMEX daemon pods on this node; the
-// readiness of this node's IMEX daemon in a domain, read from their caches.
+// readiness of this node's IMEX daemon in a domain, read from their caches,
+// and the domains whose daemon runs here (the unused-label check).
 //
 // Readiness, as upstream's isCurrentNodeReady: the clique
 // "<cdUID>.<cliqueID>" has a daemons[] entry for this node with status
@@ -31,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/status.h"
@@ -54,7 +56,8 @@ class DomainWatch {
   static common::StatusOr<std::unique_ptr<DomainWatch>> Start(k8s::Client& client, DomainWatchOptions options);
   // The same over given list-watches (tests): `cliques` may be null when
   // options.cliques_enabled is false; `daemon_pods` (this node's daemon
-  // pods in the driver namespace) may be null.
+  // pods in the driver namespace) may be null. Readiness reads the daemon
+  // pods only with cliques enabled.
   static common::StatusOr<std::unique_ptr<DomainWatch>> StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
                                                                   std::unique_ptr<k8s::cache::ListWatch> cliques,
                                                                   std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
@@ -68,6 +71,10 @@ class DomainWatch {
 
   // Whether this node's daemon is Ready in domain `cd` (see the file comment).
   bool NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
+
+  // UIDs of the domains with a live (not terminating) daemon pod on this
+  // node, from the pod cache; empty without the pod informer.
+  std::set<std::string> DaemonDomains() const;
 
   // Blocks until `condition()` is true (checked now and after every informer
   // event), `deadline`, or Cancel(). Returns the last value of condition().

@@ -1,6 +1,7 @@
 #include "computedomain/plugin.h"
 
 #include <cstdlib>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -55,6 +56,9 @@ PluginEnvironment PluginEnvironmentFromEnv() {
   }
   if (const char* ms = std::getenv("NVDRA_PREPARE_READY_WAIT_MS"); ms != nullptr && *ms != '\0') {
     environment.ready_wait = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
+  }
+  if (const char* ms = std::getenv("NVDRA_UNUSED_LABEL_CHECK_MS"); ms != nullptr && *ms != '\0') {
+    environment.unused_label_check_interval = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
   }
   if (const char* path = std::getenv("NVDRA_IMEX_CTL_PATH"); path != nullptr && *path != '\0') {
     environment.imex_ctl_path = path;
@@ -228,9 +232,20 @@ void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
       }
     }
   };
+  auto release_unused_label = [this] {
+    std::set<std::string> domains = parts_->watch->DaemonDomains();
+    // Nothing to look at (the common case) costs no lock and no request.
+    if (domains.empty()) return;
+    Status s = parts_->preparer->WithCheckpoint([&](const kubeletplugin::Checkpoint& checkpoint) {
+      return parts_->device_state->ReleaseUnusedNodeLabel(checkpoint, domains);
+    });
+    if (!s.ok()) LOG_ERROR("cannot release the node's unused ComputeDomain label", {{"err", s}});
+  };
+  // hostManaged: no daemons, so no domains and nothing to do.
   kubeletplugin::RunPeriodic(
       stop, {{parts_->environment.clique_refresh_interval, refresh_clique},
-             kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval)});
+             kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval),
+             {parts_->environment.unused_label_check_interval, release_unused_label}});
 }
 
 }  // namespace nvdra::computedomain

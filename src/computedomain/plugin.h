@@ -9,8 +9,10 @@
 // unless hostManaged, daemon-0; attributes "type" and "id"), the optional
 // nvidia.com/gpu.clique node label, and the
 // kubelet gRPC server. Run() re-reads the clique id every
-// clique_refresh_interval and reconciles checkpointed claims (stale claims,
-// expired PrepareAborted entries) every reconcile_interval.
+// clique_refresh_interval, reconciles checkpointed claims (stale claims,
+// expired PrepareAborted entries) every reconcile_interval and releases a
+// node label no claim uses (an early label whose pod went before its
+// Prepare) every unused_label_check_interval.
 //
 // Ownership: owns every part. Destruction first cancels claims waiting for
 // readiness (so the server's drain is quick), stops the gRPC server, the
@@ -41,6 +43,11 @@ struct PluginEnvironment {
   gpu::ProcPaths proc;  // ALT_PROC_DEVICES_PATH (upstream's mock switch)
   std::chrono::minutes reconcile_interval{10};
   std::chrono::minutes clique_refresh_interval{10};
+  // How often a node label whose domain's daemon runs here but no claim
+  // uses is looked for; it goes on the second look in a row
+  // (CdDeviceState::ReleaseUnusedNodeLabel). NVDRA_UNUSED_LABEL_CHECK_MS;
+  // tests shorten it.
+  std::chrono::milliseconds unused_label_check_interval = std::chrono::minutes(1);
   // How long one Prepare call waits for a domain's readiness
   // (NVDRA_PREPARE_READY_WAIT_MS; tests shorten it).
   std::chrono::milliseconds ready_wait = std::chrono::seconds(40);

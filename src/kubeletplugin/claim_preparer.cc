@@ -168,6 +168,13 @@ StatusOr<Checkpoint> ClaimPreparer::ReadCheckpoint() const {
   return CheckpointStore(CheckpointPath()).Load();
 }
 
+Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint&)>& fn) const {
+  std::lock_guard<std::mutex> guard(mu_);
+  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, ReadCheckpoint());
+  return fn(checkpoint);
+}
+
 StatusOr<ordered_json> ClaimPreparer::FetchClaim(const std::string& ns, const std::string& name) const {
   // Raw body, parsed keeping the server's key order: the claim's status goes
   // into the checkpoint, whose checksum the Go driver recomputes over its own

@@ -50,6 +50,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -150,6 +151,14 @@ class ClaimPreparer final : public DraDriver {
 
   // Claim UIDs in the checkpoint, by state (tests, metrics).
   common::StatusOr<Checkpoint> ReadCheckpoint() const;
+
+  // Calls `fn` with the checkpoint while holding what a claim operation
+  // holds (the mutex, pu.lock, cp.lock), so that no Prepare or Unprepare
+  // runs until it returns: for a backend's node-wide decision that depends
+  // on what is prepared (the CD plugin's unused node label). A claim waiting
+  // in AwaitRetry holds no lock; its PrepareStarted entry is in the
+  // checkpoint. Returns fn's status, or the locks' or the read's error.
+  common::Status WithCheckpoint(const std::function<common::Status(const Checkpoint&)>& fn) const;
 
  private:
   ClaimPreparer(ClaimPreparerOptions options, k8s::Client& client, ClaimDeviceBackend& backend);

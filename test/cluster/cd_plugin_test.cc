@@ -163,6 +163,9 @@ class CdPluginTest : public ::testing::Test {
     for (const auto& [ns, name] : created_claims_) {
       (void)shared_->client->Delete(k8s::resources::kResourceClaims, ns, name);
     }
+    for (const std::string& name : created_pods_) {
+      (void)shared_->client->Delete(k8s::resources::kPods, kDriverNamespace, name);
+    }
     if (!node_name_.empty()) SetNodeLabel(kCdLabel, std::nullopt);
     if (!dir_.empty() && !HasFailure()) fs::remove_all(dir_);
   }
@@ -356,6 +359,7 @@ class CdPluginTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<drav1::DRAPlugin::Stub> stub_;
   std::vector<std::pair<std::string, std::string>> created_claims_;
+  std::vector<std::string> created_pods_;  // in kDriverNamespace
 };
 
 ClusterClient* CdPluginTest::shared_ = nullptr;
@@ -583,6 +587,57 @@ TEST_F(CdPluginTest, StartUpRemovesADomainLabelNoPreparedClaimUses) {
   EXPECT_EQ(PrepareError(claim), "");
   EXPECT_EQ(UnprepareError(claim), "");
   EXPECT_EQ(NodeLabel(kCdLabel), "");
+}
+
+// The controller labels a node when a workload claim is allocated there,
+// before the kubelet prepares it; a pod deleted before that Prepare never
+// gets the Unprepare that would remove the label. The plugin removes a label
+// whose domain's daemon runs on the node but which no prepared claim uses,
+// on the second check in a row that finds it so, and keeps one in use.
+TEST_F(CdPluginTest, ReleasesAnEarlyLabelNoClaimUsedAndKeepsOneInUse) {
+  MakeNode("gb200-tray", "cd-node-gb200", true, {}, {"NVDRA_UNUSED_LABEL_CHECK_MS=200"});
+  StartPlugin();
+  const std::string cd_uid = CreateComputeDomain(kNamespace, "early-cd");
+  MarkCliqueReady(cd_uid, NodeLabel(kCliqueLabel));
+  json channel = ChannelClaim(kNamespace, "early-channel", cd_uid);
+  ASSERT_EQ(PrepareError(channel), "");
+  ASSERT_EQ(NodeLabel(kCdLabel), cd_uid);
+  // The domain's daemon pod on this node, as its DaemonSet places it (no
+  // kubelet runs it here; the plugin only reads it from its pod cache).
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "early-daemon"}, {"namespace", kDriverNamespace},
+                            {"labels", {{kCdLabel, cd_uid}}}}},
+              {"spec", {{"nodeName", node_name_},
+                        {"containers", json::array({{{"name", "daemon"}, {"image", "daemon:test"}}})}}}};
+  auto created = shared_->client->Create(k8s::resources::kPods, kDriverNamespace, pod);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  created_pods_.push_back("early-daemon");
+  const auto checks = [&] {
+    const std::string log = ReadFile(dir_ / "plugin.log");
+    std::size_t count = 0;
+    for (std::size_t at = log.find("unused node label check"); at != std::string::npos;
+         at = log.find("unused node label check", at + 1)) {
+      ++count;
+    }
+    return count;
+  };
+  // Three checks that saw the daemon: the prepared claim keeps the label.
+  ASSERT_TRUE(Eventually([&] { return checks() >= 3; })) << ReadFile(dir_ / "plugin.log");
+  EXPECT_EQ(NodeLabel(kCdLabel), cd_uid) << "removed a label a prepared claim uses";
+
+  // The claim goes (its Unprepare removes the label); then the controller's
+  // early label for a claim whose pod goes before its Prepare.
+  ASSERT_EQ(UnprepareError(channel), "");
+  ASSERT_EQ(NodeLabel(kCdLabel), "");
+  SetNodeLabel(kCdLabel, cd_uid);
+  ASSERT_TRUE(Eventually([&] { return NodeLabel(kCdLabel).empty(); })) << "the unused label stayed";
+  EXPECT_NE(ReadFile(dir_ / "plugin.log").find("removing the node label"), std::string::npos);
+  // A claim prepared afterwards labels the node again.
+  json again = ChannelClaim(kNamespace, "early-channel-2", cd_uid);
+  EXPECT_EQ(PrepareError(again), "");
+  EXPECT_EQ(NodeLabel(kCdLabel), cd_uid);
+  EXPECT_EQ(UnprepareError(again), "");
 }
 
 // A stand-in for the host's nvidia-imex-ctl (NVDRA_IMEX_CTL_PATH): prints

@@ -113,6 +113,7 @@ int Run(const CLI::App& app, const computedomain::ControllerConfig& config, cons
 
   computedomain::controller::ControllerOptions options{
       .driver_namespace = config.driver_namespace,
+      .additional_namespaces = config.additional_namespaces,
       .image_name = config.image_name,
       .image_pull_secret_names = config.cd_daemon_image_pull_secret_names,
       .log_verbosity_cd_daemon = config.log_verbosity_cd_daemon,

@@ -1,5 +1,7 @@
 #include "computedomain/config.h"
 
+#include <string_view>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -10,6 +12,21 @@ using common::InvalidArgumentError;
 using common::OkStatus;
 using common::Status;
 using common::WithEnv;
+
+namespace {
+
+// A DNS-1123 label, what a namespace name must be.
+bool IsDnsLabel(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  for (char c : name) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 Status ImexFlags::Validate(const common::FeatureGates& gates) const {
   if (mode == "hostManaged") {
@@ -89,6 +106,14 @@ Status ControllerConfig::Validate(const common::FeatureGates& gates) const {
   if (!pprof_path.empty() && pprof_path.front() != '/') {
     return InvalidArgumentError(
         fmt::format("--pprof-path: \"{}\" must start with '/'", pprof_path));
+  }
+  for (const std::string& ns : additional_namespaces) {
+    if (!IsDnsLabel(ns)) {
+      return InvalidArgumentError(fmt::format(
+          "--additional-namespaces (ADDITIONAL_NAMESPACES): \"{}\" is not a namespace name (lower-case letters, "
+          "digits and '-', at most 63, starting and ending with a letter or digit)",
+          ns));
+    }
   }
   if (Status status = kube_client.Validate(); !status.ok()) return status;
   if (Status status = metrics.Validate(); !status.ok()) return status;

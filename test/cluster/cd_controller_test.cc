@@ -603,6 +603,43 @@ TEST_F(CdControllerTest, RemovesObjectsOfVanishedDomainsAtStart) {
   }));
 }
 
+// --additional-namespaces (upstream's migration path): a DaemonSet of the
+// domain that an earlier installation left in another namespace is used
+// (none is created in the driver namespace) and goes with the domain.
+TEST_F(CdControllerTest, UsesAndRemovesTheDomainsDaemonSetOfAnAdditionalNamespace) {
+  constexpr const char* kLegacyNs = "cdc-legacy";
+  (void)env_->client->Create(k8s::resources::kNamespaces, "",
+                             {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kLegacyNs}}}});
+  json cd = CreateCd("cd-legacy", 0);
+  const std::string uid = Str(cd, "/metadata/uid");
+  const std::string name = "computedomain-daemon-" + uid;
+  const json labels = {{kCdLabel, uid}};
+  json ds = {{"apiVersion", "apps/v1"},
+             {"kind", "DaemonSet"},
+             {"metadata",
+              {{"name", name}, {"namespace", kLegacyNs}, {"labels", labels},
+               {"finalizers", json::array({kFinalizer})}}},
+             {"spec",
+              {{"selector", {{"matchLabels", labels}}},
+               {"template",
+                {{"metadata", {{"labels", labels}}},
+                 {"spec", {{"nodeSelector", labels},
+                           {"containers", json::array({{{"name", "c"}, {"image", "unused"}}})}}}}}}}};
+  auto created = env_->client->Create(k8s::resources::kDaemonSets, kLegacyNs, ds);
+  ASSERT_TRUE(created.ok()) << created.status();
+
+  auto controller = StartController("ctl-legacy", {"--additional-namespaces=" + std::string(kLegacyNs)});
+  // The workload template is written after the DaemonSet step.
+  ASSERT_TRUE(rcts_->WaitFor(CdKey("cd-legacy-channel"), [](const auto& o) { return o.has_value(); }));
+  auto ours = env_->client->Get(k8s::resources::kDaemonSets, kDriverNs, name);
+  EXPECT_TRUE(!ours.ok() && k8s::IsNotFound(ours.status())) << "a second DaemonSet for the domain";
+
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kComputeDomains, kUserNs, "cd-legacy").ok());
+  EXPECT_TRUE(cds_->WaitForGone(CdKey("cd-legacy")));
+  auto legacy = env_->client->Get(k8s::resources::kDaemonSets, kLegacyNs, name);
+  EXPECT_TRUE(!legacy.ok() && k8s::IsNotFound(legacy.status())) << "the additional namespace's DaemonSet stayed";
+}
+
 TEST_F(CdControllerTest, KilledMidCascadeAndRestartedConverges) {
   auto first = StartController("ctl-first");
   json cd = CreateCd("cd-kill", 0);

@@ -185,6 +185,8 @@ struct Controller::Informers {
   std::unique_ptr<k8s::cache::Informer> cliques;
   std::unique_ptr<k8s::cache::Informer> pods;
   std::unique_ptr<k8s::cache::Informer> daemon_sets;
+  // DaemonSets in --additional-namespaces (an earlier installation's).
+  std::vector<std::unique_ptr<k8s::cache::Informer>> other_daemon_sets;
   std::unique_ptr<k8s::cache::Informer> claim_templates;
   // Workload claims made from domains' templates (by label), and the nodes
   // labelled for a domain: early node labelling.
@@ -196,6 +198,7 @@ struct Controller::Informers {
     for (auto* p : {&domains, &cliques, &pods, &daemon_sets, &claim_templates, &claims, &labelled_nodes}) {
       if (*p) out.push_back(p->get());
     }
+    for (const auto& p : other_daemon_sets) out.push_back(p.get());
     return out;
   }
   ~Informers() {
@@ -315,6 +318,11 @@ Status Controller::Run(std::stop_token stop) {
     }
     informers_->pods = make(k8s::resources::kPods, options_.driver_namespace, label, k8s::cache::DefaultIndexers());
     informers_->daemon_sets = make(Ds(), options_.driver_namespace, label, k8s::cache::DefaultIndexers());
+    std::set<std::string> others(options_.additional_namespaces.begin(), options_.additional_namespaces.end());
+    others.erase(options_.driver_namespace);
+    for (const std::string& ns : others) {
+      informers_->other_daemon_sets.push_back(make(Ds(), ns, label, k8s::cache::DefaultIndexers()));
+    }
     informers_->claims = make(k8s::resources::kResourceClaims, "", label, k8s::cache::DefaultIndexers());
     informers_->labelled_nodes = make(k8s::resources::kNodes, "", label, k8s::cache::DefaultIndexers());
   }
@@ -501,12 +509,20 @@ Status Controller::ReconcileLive(const json& cd, std::stop_token stop) {
   StatusOr<std::optional<int>> channel = EnsureChannel(cd, stop);
   if (!channel.ok()) return channel.status();
   if (!options_.host_managed) {
-    StatusOr<json> daemon_claim = RenderDaemonClaim(cd);
-    if (!daemon_claim.ok()) return daemon_claim.status();
-    RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *daemon_claim, stop));
-    StatusOr<json> daemon_set = RenderDaemonSet(cd);
-    if (!daemon_set.ok()) return daemon_set.status();
-    RETURN_IF_ERROR(EnsureObject(cd, Ds(), *informers_->daemon_sets, *daemon_set, stop));
+    if (std::vector<json> elsewhere = DaemonSetsElsewhere(Uid(cd)); !elsewhere.empty()) {
+      // Upstream's migration path: an earlier installation's DaemonSet of
+      // this domain in an additional namespace runs its daemons; a second
+      // one here would put two daemons of the domain on each node.
+      LOG_INFO(2, "the domain's DaemonSet is in an additional namespace; not creating one",
+               {{"computeDomain", Key(cd)}, {"daemonSet", Key(elsewhere.front())}});
+    } else {
+      StatusOr<json> daemon_claim = RenderDaemonClaim(cd);
+      if (!daemon_claim.ok()) return daemon_claim.status();
+      RETURN_IF_ERROR(EnsureObject(cd, Rct(), *informers_->claim_templates, *daemon_claim, stop));
+      StatusOr<json> daemon_set = RenderDaemonSet(cd);
+      if (!daemon_set.ok()) return daemon_set.status();
+      RETURN_IF_ERROR(EnsureObject(cd, Ds(), *informers_->daemon_sets, *daemon_set, stop));
+    }
   }
   StatusOr<json> workload = RenderWorkloadClaim(cd, *channel);
   if (!workload.ok()) return workload.status();
@@ -1219,10 +1235,19 @@ Status Controller::RemoveNodeLabels(const std::string& uid, std::stop_token stop
   return OkStatus();
 }
 
+std::vector<json> Controller::DaemonSetsElsewhere(const std::string& uid) const {
+  std::vector<json> found;
+  for (const auto& informer : informers_->other_daemon_sets) {
+    for (json& daemon_set : ByLabel(*informer, uid)) found.push_back(std::move(daemon_set));
+  }
+  return found;
+}
+
 Status Controller::Teardown(const json& cd, std::stop_token stop) {
   const std::string uid = Uid(cd);
   const std::string daemon_name = DaemonObjectName(uid);
   const std::string workload = WorkloadClaimName(cd);
+  const std::vector<json> elsewhere = DaemonSetsElsewhere(uid);
   // The workload template only when it is ours (a user's object of that
   // name was never adopted).
   bool own_workload = false;
@@ -1241,9 +1266,14 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   if (own_workload) RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(cd), workload, stop));
   common::CrashPoint("cascade-after-workload-template");
   if (!options_.host_managed) {
-    // 2. Daemons and their claim template.
+    // 2. Daemons and their claim template (also an earlier installation's,
+    // in an additional namespace).
     RETURN_IF_ERROR(DeleteOwned(Ds(), options_.driver_namespace, daemon_name, stop));
     RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, stop));
+    for (const json& other : elsewhere) {
+      RETURN_IF_ERROR(DeleteOwned(Ds(), Namespace(other), Name(other), stop));
+      RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(other), daemon_name, stop));
+    }
     common::CrashPoint("cascade-after-daemonset");
     // 3. Node labels set by the kubelet plugin for this domain.
     RETURN_IF_ERROR(RemoveNodeLabels(uid, stop));
@@ -1254,6 +1284,10 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
   if (!options_.host_managed) {
     RETURN_IF_ERROR(ReleaseOwned(Ds(), options_.driver_namespace, daemon_name, stop));
     RETURN_IF_ERROR(ReleaseOwned(Rct(), options_.driver_namespace, daemon_name, stop));
+    for (const json& other : elsewhere) {
+      RETURN_IF_ERROR(ReleaseOwned(Ds(), Namespace(other), Name(other), stop));
+      RETURN_IF_ERROR(ReleaseOwned(Rct(), Namespace(other), daemon_name, stop));
+    }
     // 5. Cliques: their daemons are gone with the DaemonSet.
     if (informers_->cliques) {
       for (const json& clique : ByLabel(*informers_->cliques, uid)) {
@@ -1304,6 +1338,7 @@ Status Controller::CleanupDomain(const std::string& uid, std::stop_token stop) {
   };
   sweep(informers_->claim_templates.get(), Rct(), true);
   sweep(informers_->daemon_sets.get(), Ds(), true);
+  for (const auto& other : informers_->other_daemon_sets) sweep(other.get(), Ds(), true);
   sweep(informers_->cliques.get(), k8s::resources::kComputeDomainCliques, false);
   if (!options_.host_managed) note(RemoveNodeLabels(uid, stop));
   if (first_error.ok()) {
@@ -1340,6 +1375,7 @@ Status Controller::CleanupStale(std::stop_token stop) {
   };
   sweep(informers_->claim_templates.get(), Rct(), true);
   sweep(informers_->daemon_sets.get(), Ds(), true);
+  for (const auto& other : informers_->other_daemon_sets) sweep(other.get(), Ds(), true);
   sweep(informers_->cliques.get(), k8s::resources::kComputeDomainCliques, false);
   if (!options_.host_managed) note(RemoveNodeLabels("", stop));
   return first_error;

@@ -60,6 +60,11 @@ std::string DaemonObjectName(std::string_view cd_uid);
 
 struct ControllerOptions {
   std::string driver_namespace = "default";
+  // --additional-namespaces: where an earlier installation may have put a
+  // domain's DaemonSet. One found there is used instead of creating one in
+  // driver_namespace (upstream's migration path), and is removed with the
+  // domain or as stale, like ours.
+  std::vector<std::string> additional_namespaces;
   std::string image_name;
   std::vector<std::string> image_pull_secret_names;
   int log_verbosity_cd_daemon = 0;
@@ -168,6 +173,8 @@ class Controller {
   common::Status ReleaseOwned(const k8s::ResourceRef& ref, const std::string& ns, const std::string& name,
                               std::stop_token stop);
   common::Status RemoveNodeLabels(const std::string& uid_or_all, std::stop_token stop);
+  // The domain's DaemonSets in the additional namespaces (cached).
+  std::vector<nlohmann::json> DaemonSetsElsewhere(const std::string& uid) const;
   // Labels the node a domain's workload claim was allocated on for the
   // domain, unless it serves another domain. Why: the DaemonSet places the
   // daemon by that label, and the kubelet plugin only sets it when the

@@ -94,6 +94,24 @@ TEST(ControllerConfigTest, RequiredFlagsAreNamed) {
   EXPECT_TRUE(config.Validate(gates).ok());
 }
 
+TEST(ControllerConfigTest, AdditionalNamespacesMustBeNamespaceNames) {
+  ControllerConfig config;
+  config.pod_name = "p";
+  config.image_name = "i";
+  config.log_verbosity_cd_daemon = 2;
+  const common::FeatureGates gates = common::FeatureGates::Defaults();
+  config.additional_namespaces = {"legacy-ns", "a1"};
+  EXPECT_TRUE(config.Validate(gates).ok());
+  for (const char* bad : {"Legacy", "-a", "a-", "a_b", "", "a.b"}) {
+    config.additional_namespaces = {"ok", bad};
+    const common::Status status = config.Validate(gates);
+    EXPECT_THAT(status.message(), HasSubstr("--additional-namespaces (ADDITIONAL_NAMESPACES)")) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("\"" + std::string(bad) + "\"")) << bad;
+  }
+  config.additional_namespaces = {std::string(64, 'a')};
+  EXPECT_FALSE(config.Validate(gates).ok());
+}
+
 TEST(DaemonConfigTest, RunNeedsComputeDomainUuidFromCdiEdits) {
   DaemonConfig config;
   const common::Status status = config.ValidateForRun();

@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,6 +135,9 @@ type cdScaleResult struct {
 	Idle       auditCounts
 	IdleWindow time.Duration
 	LoadAvg    string
+	// CPU seconds spent in the window by program (process name), this
+	// machine's processes: who the 2 cores worked for.
+	CPU map[string]float64
 	// kube-controller-manager's and kube-scheduler's client QPS
 	// (CLUSTER_CONTROLLER_QPS for the launcher; "default": 20 and 50).
 	ControlPlaneQPS string
@@ -210,6 +214,7 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 	idleTo := time.Now()
 
 	metricsBefore := apiServerRequests(ctx, t, client)
+	cpuBefore := cpuByProgram()
 	t0 := time.Now()
 	cd := c.CreateComputeDomain(ctx, t, cdSpec{Namespace: cdScaleNamespace, Name: cdScaleDomain, NumNodes: n})
 	fast := *c.cdEnvironment
@@ -223,6 +228,7 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 	r.Submitted = time.Since(t0)
 	done := rec.wait(ctx, t, cd, t0)
 	r.Window = done.Sub(t0)
+	r.CPU = cpuSince(cpuBefore, cpuByProgram())
 	metricsAfter := apiServerRequests(ctx, t, client)
 	r.Metrics = map[string]float64{}
 	for k, v := range metricsAfter {
@@ -292,8 +298,11 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 // The stages of one node's part of the workload, in the order they happen
 // (scaleRecorder keys its times by these).
 const (
+	stageWorkerClaim     = "worker claim made" // kube-controller-manager made the worker's claim (pod status)
 	stageWorkerScheduled = "worker scheduled"  // the scheduler bound the worker (claim allocated)
-	stageNodeLabelled    = "node labelled"     // the plugin's domain label on the Node (first prepare attempt)
+	stageNodeLabelled    = "node labelled"     // the controller's (or plugin's) domain label on the Node
+	stageDaemonCreated   = "daemon created"    // the DaemonSet controller created the node's daemon pod
+	stageDaemonClaim     = "daemon claim made" // kube-controller-manager made the daemon's claim (pod status)
 	stageDaemonScheduled = "daemon scheduled"  // the domain's DaemonSet pod bound to the node
 	stageDaemonRunning   = "daemon running"    // its container started
 	stageEntry           = "clique entry"      // the daemon's entry in its clique
@@ -305,7 +314,8 @@ const (
 	stageStatusReady     = "status node Ready" // the node Ready in the domain's status.nodes
 )
 
-var cdScaleStages = []string{stageWorkerScheduled, stageNodeLabelled, stageDaemonScheduled, stageDaemonRunning,
+var cdScaleStages = []string{stageWorkerClaim, stageWorkerScheduled, stageNodeLabelled, stageDaemonCreated,
+	stageDaemonClaim, stageDaemonScheduled, stageDaemonRunning,
 	stageEntry, stageIndex, stageEntryReady, stagePrepared, stageWorkerRunning, stageDaemonReady, stageStatusReady}
 
 // saveScaleLogs writes the logs of the driver's pods (controller, plugins,
@@ -453,10 +463,27 @@ func (rec *scaleRecorder) markLocked(stage, node string, at time.Time) {
 
 func (rec *scaleRecorder) onPod(obj any) {
 	p, ok := obj.(*corev1.Pod)
-	if !ok || p.Spec.NodeName == "" {
+	if !ok {
 		return
 	}
-	now, node := time.Now(), p.Spec.NodeName
+	now := time.Now()
+	if node := intendedNode(p); node != "" {
+		switch {
+		case p.Namespace == cdScaleNamespace && len(p.Status.ResourceClaimStatuses) > 0:
+			rec.note(func() { rec.markLocked(stageWorkerClaim, node, now) })
+		case p.Namespace == chartNamespace && p.Labels[cdLabelKey] != "":
+			rec.note(func() {
+				rec.markLocked(stageDaemonCreated, node, now)
+				if len(p.Status.ResourceClaimStatuses) > 0 {
+					rec.markLocked(stageDaemonClaim, node, now)
+				}
+			})
+		}
+	}
+	if p.Spec.NodeName == "" {
+		return
+	}
+	node := p.Spec.NodeName
 	switch {
 	case p.Namespace == cdScaleNamespace:
 		rec.note(func() {
@@ -476,6 +503,28 @@ func (rec *scaleRecorder) onPod(obj any) {
 			}
 		})
 	}
+}
+
+// intendedNode is the node a pod is for before it is bound: a worker's
+// hostname node selector, a DaemonSet pod's node affinity (matchFields
+// metadata.name), else its spec.nodeName.
+func intendedNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	if node := p.Spec.NodeSelector["kubernetes.io/hostname"]; node != "" {
+		return node
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, field := range term.MatchFields {
+				if field.Key == "metadata.name" && len(field.Values) == 1 {
+					return field.Values[0]
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func (rec *scaleRecorder) onNode(obj any) {
@@ -793,6 +842,19 @@ func (r cdScaleResult) print() {
 		fmt.Print(";")
 	}
 	fmt.Println()
+	fmt.Printf("  CPU seconds in the window by program (%s of wall time on %d cores):", s(r.Window), runtime.NumCPU())
+	programs := make([]string, 0, len(r.CPU))
+	for p := range r.CPU {
+		programs = append(programs, p)
+	}
+	sort.Slice(programs, func(i, j int) bool { return r.CPU[programs[i]] > r.CPU[programs[j]] })
+	for i, p := range programs {
+		if i == 16 {
+			break
+		}
+		fmt.Printf(" %s %.2f;", p, r.CPU[p])
+	}
+	fmt.Println()
 	fmt.Printf("  controller: %d failed reconciles in the window (retried with backoff) %s\n", r.ControllerRetries, r.ControllerErrors)
 	fmt.Printf("  API requests in those %s (audit log): %d in all; node side %d (%.1f per node); by client:",
 		s(r.Window), r.Audit.total(), r.Audit.nodeSide(), float64(r.Audit.nodeSide())/float64(r.Nodes))
@@ -888,4 +950,60 @@ func (r cdScaleResult) write(t *testing.T) {
 	emit("api_requests_controller", float64(r.Audit.byClient["controller"]), "requests")
 	emit("api_requests_control_plane", float64(r.Audit.controlPlane()), "requests")
 	emit("idle_api_requests_per_node_per_s", float64(r.Idle.nodeSide())/float64(r.Nodes)/r.IdleWindow.Seconds(), "requests/s")
+}
+
+// cpuByProgram sums user+system CPU time (s) of every process on this
+// machine by its program (argv[0]'s base name, else the kernel's name);
+// "<program> children" is the time of the exited children it waited for
+// (short-lived probes and helpers it ran).
+func cpuByProgram() map[string]float64 {
+	out := map[string]float64{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		text := string(data)
+		open, close := strings.IndexByte(text, '('), strings.LastIndexByte(text, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(text[close+1:])
+		// After the name: state(0) ... utime(11) stime(12) cutime(13) cstime(14), in clock ticks.
+		if len(fields) < 15 {
+			continue
+		}
+		name := text[open+1 : close]
+		if cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && len(cmdline) > 0 {
+			if argv0, _, _ := strings.Cut(string(cmdline), "\x00"); argv0 != "" {
+				name = filepath.Base(argv0)
+			}
+		}
+		ticks := func(i, j int) float64 {
+			a, _ := strconv.ParseFloat(fields[i], 64)
+			b, _ := strconv.ParseFloat(fields[j], 64)
+			return (a + b) / 100 // USER_HZ
+		}
+		out[name] += ticks(11, 12)
+		out[name+" children"] += ticks(13, 14)
+	}
+	return out
+}
+
+// cpuSince is after - before per program, the programs that used any.
+func cpuSince(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for p, v := range after {
+		if d := v - before[p]; d > 0.005 {
+			out[p] = d
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <ranges>
 #include <set>
 #include <thread>
 #include <utility>
@@ -134,13 +135,18 @@ bool PodReady(const json& pod) {
   return false;
 }
 
-std::vector<json> ByLabel(const k8s::cache::Informer& informer, std::string_view uid) {
-  std::vector<json> out;
+// The cached objects labelled for domain `uid`.
+std::vector<ObjectPtr> ByLabelPtrs(const k8s::cache::Informer& informer, std::string_view uid) {
   auto objects = informer.store().ByIndex(k8s::cache::kLabelIndex,
                                           k8s::cache::LabelIndexValue(kComputeDomainLabel, uid));
-  if (!objects.ok()) return out;
-  for (const ObjectPtr& o : *objects) out.push_back(*o);
-  return out;
+  return objects.ok() ? *std::move(objects) : std::vector<ObjectPtr>{};
+}
+
+// The same, iterated as `const json&`: the cache's shared objects, not
+// copies (a reconcile reads every daemon pod of its domain; copying them
+// was most of the controller's CPU time at 18 nodes).
+auto ByLabel(const k8s::cache::Informer& informer, std::string_view uid) {
+  return std::views::transform(ByLabelPtrs(informer, uid), [](const ObjectPtr& o) -> const json& { return *o; });
 }
 
 std::vector<k8s::cache::Indexer> IndexersWithUid() {
@@ -840,14 +846,15 @@ Status Controller::SyncCliques(const json& cd, std::stop_token stop) {
   // The daemons that are members: scheduled, not terminating, with an IP
   // and the clique label their daemon sets once it knows its clique. Joined
   // in pod creation order (then name), so indexes follow the join order.
-  std::vector<json> pods = ByLabel(*informers_->pods, uid);
-  std::sort(pods.begin(), pods.end(), [](const json& a, const json& b) {
-    const auto ka = std::pair(Str(a, "/metadata/creationTimestamp"_json_pointer), Name(a));
-    const auto kb = std::pair(Str(b, "/metadata/creationTimestamp"_json_pointer), Name(b));
+  std::vector<ObjectPtr> pods = ByLabelPtrs(*informers_->pods, uid);
+  std::sort(pods.begin(), pods.end(), [](const ObjectPtr& a, const ObjectPtr& b) {
+    const auto ka = std::pair(Str(*a, "/metadata/creationTimestamp"_json_pointer), Name(*a));
+    const auto kb = std::pair(Str(*b, "/metadata/creationTimestamp"_json_pointer), Name(*b));
     return ka < kb;
   });
   std::map<std::string, std::vector<const json*>> members_by_clique;
-  for (const json& pod : pods) {
+  for (const ObjectPtr& pod_ptr : pods) {
+    const json& pod = *pod_ptr;
     // An empty clique ID: a node without a fabric, no clique (its daemon
     // runs no IMEX; UpdateStatus lists it with index -1).
     if (Deleting(pod) || Label(pod, kComputeDomainCliqueLabel).empty()) continue;
@@ -1238,7 +1245,7 @@ Status Controller::RemoveNodeLabels(const std::string& uid, std::stop_token stop
 std::vector<json> Controller::DaemonSetsElsewhere(const std::string& uid) const {
   std::vector<json> found;
   for (const auto& informer : informers_->other_daemon_sets) {
-    for (json& daemon_set : ByLabel(*informer, uid)) found.push_back(std::move(daemon_set));
+    for (const json& daemon_set : ByLabel(*informer, uid)) found.push_back(daemon_set);
   }
   return found;
 }

@@ -416,12 +416,18 @@ Status CdDeviceState::ReleaseUnusedNodeLabel(const kubeletplugin::Checkpoint& ch
 }
 
 Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
+  const auto now = std::chrono::steady_clock::now();
+  if (label_seen_domain_ == cd_uid && now - label_seen_at_ < kLabelMemory) return common::OkStatus();
   for (int attempt = 0;; ++attempt) {
     auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
     if (!node.ok()) return node.status();
     k8s::Object view(*node);
     const std::string current = view.label(kComputeDomainNodeLabel);
-    if (current == cd_uid) return common::OkStatus();
+    if (current == cd_uid) {
+      label_seen_domain_ = cd_uid;
+      label_seen_at_ = now;
+      return common::OkStatus();
+    }
     if (!current.empty()) {
       return common::FailedPreconditionError(fmt::format(
           "node {} already runs ComputeDomain {} (label {}); one ComputeDomain per node", options_.node_name,
@@ -431,6 +437,8 @@ Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
     auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
     if (updated.ok()) {
       LOG_INFO(2, "node labelled for a ComputeDomain", {{"node", options_.node_name}, {"domain", cd_uid}});
+      label_seen_domain_ = cd_uid;
+      label_seen_at_ = now;
       return common::OkStatus();
     }
     if (!k8s::IsConflict(updated.status()) || attempt >= 5) return updated.status();
@@ -438,6 +446,7 @@ Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
 }
 
 Status CdDeviceState::RemoveNodeLabel(const std::string& cd_uid) {
+  label_seen_domain_.clear();
   for (int attempt = 0;; ++attempt) {
     auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
     if (!node.ok()) return node.status();

@@ -169,6 +169,16 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // Domains ReleaseUnusedNodeLabel found unused on its last call (only that
   // method, with the preparer's locks held, touches it).
   std::set<std::string> unused_last_time_;
+  // The domain AddNodeLabel last found (or put) in the node's label, and
+  // when: a channel claim's retry once its daemon is Ready, seconds after
+  // its first attempt, skips the GET (a round trip on the loaded API server
+  // right before the claim is prepared). Only our own removal clears it
+  // early; a label someone else removes meanwhile belongs to a domain that
+  // is gone (the controller's cascade), whose claims fail the domain check.
+  // Touched only under the preparer's lock, as the methods that use it.
+  static constexpr std::chrono::seconds kLabelMemory{10};
+  std::string label_seen_domain_;
+  std::chrono::steady_clock::time_point label_seen_at_;
 };
 
 }  // namespace nvdra::computedomain

@@ -40,7 +40,7 @@ func startEnvironmentWith(t *testing.T, opts harness.Options) *environment {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("SIMNODE_KEEP") != "" {
+		if keep := os.Getenv("SIMNODE_KEEP"); keep == "always" || (t.Failed() && keep != "") {
 			t.Logf("kept %s", root)
 			return
 		}

@@ -118,6 +118,9 @@ func Start(opts Options) (*Cluster, error) {
 	if opts.NamePrefix == "" {
 		opts.NamePrefix = "sim-node-"
 	}
+	if err := checkInotify(opts.Nodes); err != nil {
+		return nil, err
+	}
 	if opts.Simnode == "" {
 		bin, err := DefaultBinary("simnode")
 		if err != nil {

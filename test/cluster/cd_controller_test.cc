@@ -286,6 +286,22 @@ class CdControllerTest : public ::testing::Test {
   // the DaemonSet's pods), and controlled by a ConfigMap of the test, so the
   // domain's DaemonSet (same selector) does not adopt it and delete it for
   // running on a node without the domain's label.
+  // A DaemonSet of domain `uid` as the controller (or an earlier
+  // installation) leaves it: labelled, with our finalizer.
+  static json DomainDaemonSet(const std::string& ns, const std::string& uid) {
+    const json labels = {{kCdLabel, uid}};
+    return {{"apiVersion", "apps/v1"},
+            {"kind", "DaemonSet"},
+            {"metadata",
+             {{"name", "computedomain-daemon-" + uid}, {"namespace", ns}, {"labels", labels},
+              {"finalizers", json::array({kFinalizer})}}},
+            {"spec",
+             {{"selector", {{"matchLabels", labels}}},
+              {"template",
+               {{"metadata", {{"labels", labels}}},
+                {"spec", {{"nodeSelector", labels},
+                          {"containers", json::array({{{"name", "c"}, {"image", "unused"}}})}}}}}}}};
+  }
   static json PodObject(const std::string& name, const json& labels, const std::string& node) {
     return {{"apiVersion", "v1"},
             {"kind", "Pod"},
@@ -568,18 +584,7 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
 TEST_F(CdControllerTest, RemovesObjectsOfVanishedDomainsAtStart) {
   const std::string ghost = "00000000-dead-4000-8000-000000000001";
   const json labels = {{kCdLabel, ghost}};
-  json ds = {{"apiVersion", "apps/v1"},
-             {"kind", "DaemonSet"},
-             {"metadata",
-              {{"name", "computedomain-daemon-" + ghost}, {"namespace", kDriverNs}, {"labels", labels},
-               {"finalizers", json::array({kFinalizer})}}},
-             {"spec",
-              {{"selector", {{"matchLabels", labels}}},
-               {"template",
-                {{"metadata", {{"labels", labels}}},
-                 {"spec", {{"nodeSelector", labels},
-                           {"containers", json::array({{{"name", "c"}, {"image", "unused"}}})}}}}}}}};
-  ASSERT_TRUE(env_->client->Create(k8s::resources::kDaemonSets, kDriverNs, ds).ok());
+  ASSERT_TRUE(env_->client->Create(k8s::resources::kDaemonSets, kDriverNs, DomainDaemonSet(kDriverNs, ghost)).ok());
   json rct = {{"apiVersion", "resource.k8s.io/v1"},
               {"kind", "ResourceClaimTemplate"},
               {"metadata",
@@ -613,19 +618,7 @@ TEST_F(CdControllerTest, UsesAndRemovesTheDomainsDaemonSetOfAnAdditionalNamespac
   json cd = CreateCd("cd-legacy", 0);
   const std::string uid = Str(cd, "/metadata/uid");
   const std::string name = "computedomain-daemon-" + uid;
-  const json labels = {{kCdLabel, uid}};
-  json ds = {{"apiVersion", "apps/v1"},
-             {"kind", "DaemonSet"},
-             {"metadata",
-              {{"name", name}, {"namespace", kLegacyNs}, {"labels", labels},
-               {"finalizers", json::array({kFinalizer})}}},
-             {"spec",
-              {{"selector", {{"matchLabels", labels}}},
-               {"template",
-                {{"metadata", {{"labels", labels}}},
-                 {"spec", {{"nodeSelector", labels},
-                           {"containers", json::array({{{"name", "c"}, {"image", "unused"}}})}}}}}}}};
-  auto created = env_->client->Create(k8s::resources::kDaemonSets, kLegacyNs, ds);
+  auto created = env_->client->Create(k8s::resources::kDaemonSets, kLegacyNs, DomainDaemonSet(kLegacyNs, uid));
   ASSERT_TRUE(created.ok()) << created.status();
 
   auto controller = StartController("ctl-legacy", {"--additional-namespaces=" + std::string(kLegacyNs)});

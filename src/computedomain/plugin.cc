@@ -58,7 +58,10 @@ PluginEnvironment PluginEnvironmentFromEnv() {
     environment.ready_wait = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
   }
   if (const char* ms = std::getenv("NVDRA_UNUSED_LABEL_CHECK_MS"); ms != nullptr && *ms != '\0') {
-    environment.unused_label_check_interval = std::chrono::milliseconds(std::strtoll(ms, nullptr, 10));
+    // A test hook; a zero or unreadable value would make the check spin.
+    if (const long long value = std::strtoll(ms, nullptr, 10); value > 0) {
+      environment.unused_label_check_interval = std::chrono::milliseconds(value);
+    }
   }
   if (const char* path = std::getenv("NVDRA_IMEX_CTL_PATH"); path != nullptr && *path != '\0') {
     environment.imex_ctl_path = path;

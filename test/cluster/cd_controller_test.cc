@@ -618,7 +618,21 @@ TEST_F(CdControllerTest, UsesAndRemovesTheDomainsDaemonSetOfAnAdditionalNamespac
   json cd = CreateCd("cd-legacy", 0);
   const std::string uid = Str(cd, "/metadata/uid");
   const std::string name = "computedomain-daemon-" + uid;
-  auto created = env_->client->Create(k8s::resources::kDaemonSets, kLegacyNs, DomainDaemonSet(kLegacyNs, uid));
+  // Its pods' claim template, named otherwise than ours and unlabelled: the
+  // controller finds it through the DaemonSet.
+  json legacy_claim = {{"apiVersion", "resource.k8s.io/v1"},
+                       {"kind", "ResourceClaimTemplate"},
+                       {"metadata",
+                        {{"name", "legacy-daemon-claim"}, {"namespace", kLegacyNs},
+                         {"finalizers", json::array({kFinalizer})}}},
+                       {"spec", {{"spec", {{"devices", {{"requests", json::array({{{"name", "daemon"},
+                                                                                  {"exactly", {{"deviceClassName", "x"}}}}})}}}}}}}};
+  auto claim_created = env_->client->Create(k8s::resources::kResourceClaimTemplates, kLegacyNs, legacy_claim);
+  ASSERT_TRUE(claim_created.ok()) << claim_created.status();
+  json ds = DomainDaemonSet(kLegacyNs, uid);
+  ds["spec"]["template"]["spec"]["resourceClaims"] =
+      json::array({{{"name", "daemon"}, {"resourceClaimTemplateName", "legacy-daemon-claim"}}});
+  auto created = env_->client->Create(k8s::resources::kDaemonSets, kLegacyNs, ds);
   ASSERT_TRUE(created.ok()) << created.status();
 
   auto controller = StartController("ctl-legacy", {"--additional-namespaces=" + std::string(kLegacyNs)});
@@ -631,6 +645,8 @@ TEST_F(CdControllerTest, UsesAndRemovesTheDomainsDaemonSetOfAnAdditionalNamespac
   EXPECT_TRUE(cds_->WaitForGone(CdKey("cd-legacy")));
   auto legacy = env_->client->Get(k8s::resources::kDaemonSets, kLegacyNs, name);
   EXPECT_TRUE(!legacy.ok() && k8s::IsNotFound(legacy.status())) << "the additional namespace's DaemonSet stayed";
+  auto legacy_rct = env_->client->Get(k8s::resources::kResourceClaimTemplates, kLegacyNs, "legacy-daemon-claim");
+  EXPECT_TRUE(!legacy_rct.ok() && k8s::IsNotFound(legacy_rct.status())) << "its claim template stayed";
 }
 
 TEST_F(CdControllerTest, KilledMidCascadeAndRestartedConverges) {

@@ -149,6 +149,19 @@ auto ByLabel(const k8s::cache::Informer& informer, std::string_view uid) {
   return std::views::transform(ByLabelPtrs(informer, uid), [](const ObjectPtr& o) -> const json& { return *o; });
 }
 
+// The claim templates a DaemonSet's pods are made from: an earlier
+// installation's DaemonSet in an additional namespace may name its daemon
+// claim template otherwise than ours.
+std::vector<std::string> ClaimTemplatesOf(const json& daemon_set) {
+  std::vector<std::string> names;
+  const json::json_pointer claims("/spec/template/spec/resourceClaims");
+  if (!daemon_set.contains(claims) || !daemon_set.at(claims).is_array()) return names;
+  for (const json& claim : daemon_set.at(claims)) {
+    if (std::string name = claim.value("resourceClaimTemplateName", ""); !name.empty()) names.push_back(name);
+  }
+  return names;
+}
+
 std::vector<k8s::cache::Indexer> IndexersWithUid() {
   auto indexers = k8s::cache::DefaultIndexers();
   indexers.push_back({kUidIndex, [](const json& o) {
@@ -1279,7 +1292,9 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     RETURN_IF_ERROR(DeleteOwned(Rct(), options_.driver_namespace, daemon_name, stop));
     for (const json& other : elsewhere) {
       RETURN_IF_ERROR(DeleteOwned(Ds(), Namespace(other), Name(other), stop));
-      RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(other), daemon_name, stop));
+      for (const std::string& rct : ClaimTemplatesOf(other)) {
+        RETURN_IF_ERROR(DeleteOwned(Rct(), Namespace(other), rct, stop));
+      }
     }
     common::CrashPoint("cascade-after-daemonset");
     // 3. Node labels set by the kubelet plugin for this domain.
@@ -1293,7 +1308,9 @@ Status Controller::Teardown(const json& cd, std::stop_token stop) {
     RETURN_IF_ERROR(ReleaseOwned(Rct(), options_.driver_namespace, daemon_name, stop));
     for (const json& other : elsewhere) {
       RETURN_IF_ERROR(ReleaseOwned(Ds(), Namespace(other), Name(other), stop));
-      RETURN_IF_ERROR(ReleaseOwned(Rct(), Namespace(other), daemon_name, stop));
+      for (const std::string& rct : ClaimTemplatesOf(other)) {
+        RETURN_IF_ERROR(ReleaseOwned(Rct(), Namespace(other), rct, stop));
+      }
     }
     // 5. Cliques: their daemons are gone with the DaemonSet.
     if (informers_->cliques) {

@@ -3,13 +3,21 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 namespace nvdra::common {
 
+namespace {
+std::atomic<CrashPointHook> test_hook{nullptr};
+}  // namespace
+
+void TEST_SetCrashPointHook(CrashPointHook hook) { test_hook.store(hook); }
+
 void CrashPoint(std::string_view name) {
+  if (CrashPointHook hook = test_hook.load(std::memory_order_relaxed); hook != nullptr) hook(name);
   static const std::string armed = [] {
     const char* value = std::getenv("NVDRA_TEST_CRASH_AT");
     return std::string(value != nullptr ? value : "");

@@ -9,7 +9,11 @@
 // file does not exist and creates it before exiting (a container the kubelet
 // restarts with the same environment then gets past the point).
 //
-// Thread-safety: thread-safe.
+// Unit tests reach the same points without ending the test process:
+// TEST_SetCrashPointHook installs a function that every CrashPoint call runs
+// first (it may throw to abandon the operation as a crash would).
+//
+// Thread-safety: thread-safe; the hook is set before the code under test runs.
 
 #include <string_view>
 
@@ -19,5 +23,9 @@ namespace nvdra::common {
 inline constexpr int kCrashPointExitCode = 86;
 
 void CrashPoint(std::string_view name);
+
+// Test seam: `hook` runs on every CrashPoint call (nullptr removes it).
+using CrashPointHook = void (*)(std::string_view name);
+void TEST_SetCrashPointHook(CrashPointHook hook);
 
 }  // namespace nvdra::common

@@ -237,7 +237,9 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
       ASSIGN_OR_RETURN(OpaqueConfig config, DecodeOpaqueConfig(parameters, where));
       std::vector<std::string> requests;
       if (auto r = entry.find("requests"); r != entry.end() && r->is_array()) {
-        for (const json& name : *r) requests.push_back(name.get<std::string>());
+        for (const json& name : *r) {
+          if (name.is_string()) requests.push_back(name.get<std::string>());
+        }
       }
       entries.push_back(Entry{std::move(requests), std::move(config), where});
     }
@@ -276,7 +278,16 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
     }
     auto [it, inserted] = group_of_entry.try_emplace(*chosen, grouped.size());
     if (inserted) grouped.push_back(ConfiguredResults{entries[*chosen].config, entries[*chosen].source, {}});
-    grouped[it->second].results.push_back(result);
+    AllocatedDevice allocated{
+        .request = request, .pool = StringField(result, "pool"), .device = device, .admin_access = false,
+        .share_id = std::nullopt};
+    if (auto admin = result.find("adminAccess"); admin != result.end() && admin->is_boolean()) {
+      allocated.admin_access = admin->get<bool>();
+    }
+    if (auto share = result.find("shareID"); share != result.end() && share->is_string()) {
+      allocated.share_id = share->get<std::string>();
+    }
+    grouped[it->second].results.push_back(std::move(allocated));
   }
   return grouped;
 }

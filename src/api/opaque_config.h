@@ -13,6 +13,7 @@
 // Thread-safety: values and pure functions.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,11 +56,22 @@ OpaqueConfig DefaultConfig(ConfigKind kind);
 // field for values that are wrong in any version.
 common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where);
 
-// One allocation result of this driver and the config chosen for it.
+// One entry of a claim's status.allocation.devices.results for this driver.
+struct AllocatedDevice {
+  std::string request;  // "<request>" or "<request>/<subrequest>"
+  std::string pool;
+  std::string device;
+  bool admin_access = false;
+  std::optional<std::string> share_id;  // "shareID": a consumable-capacity share
+
+  friend bool operator==(const AllocatedDevice&, const AllocatedDevice&) = default;
+};
+
+// Allocated devices of this driver and the config chosen for them.
 struct ConfiguredResults {
   OpaqueConfig config;
-  std::string source;                 // "default", or where the config came from
-  std::vector<nlohmann::json> results;  // status.allocation.devices.results entries
+  std::string source;                    // "default", or where the config came from
+  std::vector<AllocatedDevice> results;  // in the allocation's order
 };
 
 // Picks a config for every result of `driver` in a claim's allocation

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 using common::Status;
 using common::StatusOr;
 using nlohmann::json;
-using nlohmann::ordered_json;
 
 namespace {
 
@@ -46,35 +45,17 @@ std::optional<int> IdOf(std::string_view device, std::string_view type) {
   return id;
 }
 
-ordered_json CheckpointedDevice(const json& result, const std::vector<std::string>& cdi_ids) {
-  ordered_json device = ordered_json::object();
-  device["Requests"] = ordered_json::array({StringAt(result, "request")});
-  device["PoolName"] = StringAt(result, "pool");
-  device["DeviceName"] = StringAt(result, "device");
-  device["CDIDeviceIDs"] = cdi_ids;
-  return device;
+kubeletplugin::CheckpointedDevice Checkpointed(const api::AllocatedDevice& allocated,
+                                               std::vector<std::string> cdi_ids) {
+  return {.device = {.requests = {allocated.request},
+                     .pool_name = allocated.pool,
+                     .device_name = allocated.device,
+                     .cdi_device_ids = std::move(cdi_ids)},
+          .share_id = std::nullopt,
+          .metadata = nullptr};
 }
 
-// The claim's allocation resolved to configs (decode errors included).
-StatusOr<std::vector<api::ConfiguredResults>> ResolveConfigs(const ordered_json& status, bool host_managed) {
-  const json allocation_devices = json::parse(status["allocation"]["devices"].dump());
-  auto kind_of_device = [host_managed](const std::string& name) -> StatusOr<api::ConfigKind> {
-    if (std::optional<int> id = IdOf(name, kChannelType); id && *id < kMaxImexChannels) {
-      return api::ConfigKind::kComputeDomainChannelConfig;
-    }
-    if (name == "daemon-0") {
-      if (!host_managed) return api::ConfigKind::kComputeDomainDaemonConfig;
-      return common::FailedPreconditionError(
-          "device daemon-0: ComputeDomain daemon claims are not supported with --imex-mode=hostManaged (the host "
-          "runs nvidia-imex; this node publishes no daemon device)");
-    }
-    return common::NotFoundError(fmt::format("device {} is not a device of this node", name));
-  };
-  // Upstream's defaults: the daemon config, then the channel config.
-  return api::ResolveDeviceConfigs(
-      allocation_devices, kDriverName,
-      {api::ConfigKind::kComputeDomainDaemonConfig, api::ConfigKind::kComputeDomainChannelConfig}, kind_of_device);
-}
+std::string DomainIdOf(const api::OpaqueConfig& config) { return StringAt(config.object, "domainID"); }
 
 std::string DomainString(const k8s::ComputeDomain& cd) {
   return fmt::format("{}/{} ({})", cd.namespace_name(), cd.name(), cd.uid());
@@ -125,25 +106,41 @@ std::vector<std::string> CdDeviceState::PublishedDeviceNames() const {
   return names;
 }
 
-StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) {
-  const std::string uid = claim["metadata"].value("uid", "");
-  const std::string claim_ns = claim["metadata"].value("namespace", "");
-  ASSIGN_OR_RETURN(std::vector<api::ConfiguredResults> groups, ResolveConfigs(claim["status"], options_.host_managed));
+std::vector<api::ConfigKind> CdDeviceState::DefaultConfigKinds() const {
+  return {api::ConfigKind::kComputeDomainDaemonConfig, api::ConfigKind::kComputeDomainChannelConfig};
+}
+
+StatusOr<api::ConfigKind> CdDeviceState::ConfigKindOf(const std::string& device) const {
+  if (std::optional<int> id = IdOf(device, kChannelType); id && *id < kMaxImexChannels) {
+    return api::ConfigKind::kComputeDomainChannelConfig;
+  }
+  if (device == "daemon-0") {
+    if (!options_.host_managed) return api::ConfigKind::kComputeDomainDaemonConfig;
+    return common::FailedPreconditionError(
+        "device daemon-0: ComputeDomain daemon claims are not supported with --imex-mode=hostManaged (the host "
+        "runs nvidia-imex; this node publishes no daemon device)");
+  }
+  return common::NotFoundError(fmt::format("device {} is not a device of this node", device));
+}
+
+StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> CdDeviceState::PrepareDevices(
+    const kubeletplugin::ClaimView& claim) {
+  const std::string& uid = claim.ref.uid;
+  const std::string& claim_ns = claim.ref.ns;
   const std::string clique = clique_id();
 
-  ordered_json checkpoint_groups = ordered_json::array();
+  std::vector<kubeletplugin::PreparedDeviceGroup> checkpoint_groups;
   std::vector<CdClaimDevice> spec_devices;
-  for (const api::ConfiguredResults& group : groups) {
-    RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source));
-    const std::string domain_id = StringAt(group.config.object, "domainID");
+  for (const api::ConfiguredResults& group : claim.groups) {
+    const std::string domain_id = DomainIdOf(group.config);
     const bool is_channel = group.config.kind == api::ConfigKind::kComputeDomainChannelConfig;
     if (group.results.size() != 1) {
       return common::InvalidArgumentError(
           fmt::format("{}: expected one {} device, got {}", group.source, is_channel ? kChannelType : kDaemonType,
                       group.results.size()));
     }
-    const json& result = group.results.front();
-    const std::string device_name = StringAt(result, "device");
+    const api::AllocatedDevice& result = group.results.front();
+    const std::string& device_name = result.device;
     std::optional<k8s::ComputeDomain> cd = watch_.FindByUid(domain_id);
     if (!cd) {
       return common::UnavailableError(fmt::format("ComputeDomain with UID {} is not known (yet)", domain_id));
@@ -151,7 +148,7 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
 
     kubeletplugin::CdiContainerEdits edits;
     std::vector<std::string> cdi_ids;
-    ordered_json entry = ordered_json::object();
+    kubeletplugin::PreparedDeviceKind kind;
     if (is_channel) {
       const int allocated_id = IdOf(device_name, kChannelType).value_or(0);
       // driverManaged domain isolation uses channel 0 whatever was allocated
@@ -199,11 +196,7 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
         ASSIGN_OR_RETURN(edits, cdi_.ChannelEdits(ids));
         cdi_ids.push_back(CdCdi::ClaimDeviceId(uid, device_name));
       }
-      ordered_json channel = ordered_json::object();
-      channel["info"] = ordered_json{{"id", channel_id}};
-      channel["device"] = CheckpointedDevice(result, cdi_ids);
-      entry["channel"] = std::move(channel);
-      entry["daemon"] = nullptr;
+      kind = kubeletplugin::PreparedChannel{.id = channel_id};
     } else {
       if (options_.host_managed) {
         return common::FailedPreconditionError(
@@ -226,20 +219,13 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
         edits.Append(cap);
       }
       cdi_ids = {BaseSpecDeviceId(), CdCdi::ClaimDeviceId(uid, device_name)};
-      ordered_json daemon = ordered_json::object();
-      daemon["info"] = ordered_json{{"id", IdOf(device_name, kDaemonType).value_or(0)}};
-      daemon["device"] = CheckpointedDevice(result, cdi_ids);
-      entry["channel"] = nullptr;
-      entry["daemon"] = std::move(daemon);
+      kind = kubeletplugin::PreparedDaemon{.id = IdOf(device_name, kDaemonType).value_or(0)};
     }
     spec_devices.push_back(CdClaimDevice{device_name, std::move(edits)});
-    ordered_json checkpoint_group = ordered_json::object();
-    checkpoint_group["devices"] = ordered_json::array({std::move(entry)});
-    ordered_json config_state = ordered_json::object();
-    config_state["Type"] = is_channel ? kChannelType : kDaemonType;
-    config_state["ComputeDomain"] = domain_id;
-    checkpoint_group["configState"] = std::move(config_state);
-    checkpoint_groups.push_back(std::move(checkpoint_group));
+    checkpoint_groups.push_back(kubeletplugin::PreparedDeviceGroup{
+        .devices = {{.kind = std::move(kind), .device = Checkpointed(result, std::move(cdi_ids))}},
+        .config_state = kubeletplugin::CdConfigState{.type = std::string(is_channel ? kChannelType : kDaemonType),
+                                                     .compute_domain = domain_id}});
   }
   common::CrashPoint("prepare-before-cdi-write");
   // For latency splits (bench/README.md): what is left is the spec's and
@@ -250,23 +236,20 @@ StatusOr<ordered_json> CdDeviceState::PrepareDevices(const ordered_json& claim) 
   return checkpoint_groups;
 }
 
-Status CdDeviceState::UnprepareDevices(const std::string& claim_uid, const kubeletplugin::CheckpointedClaim& entry) {
-  auto allocation = entry.status.is_object() ? entry.status.find("allocation") : entry.status.end();
-  if (allocation != entry.status.end() && allocation->is_object()) {
-    StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(entry.status, options_.host_managed);
-    if (!groups.ok()) {
-      // Prepare failed at this same step, before doing anything.
-      LOG_INFO(2, "claim configs do not resolve; nothing but the CDI spec to undo",
-               {{"claim", claim_uid}, {"err", groups.status()}});
-    } else if (!options_.host_managed) {
-      for (const api::ConfiguredResults& group : *groups) {
-        if (group.config.kind != api::ConfigKind::kComputeDomainChannelConfig) continue;
-        const std::string domain_id = StringAt(group.config.object, "domainID");
-        if (!domain_id.empty()) RETURN_IF_ERROR(RemoveNodeLabel(domain_id));
-      }
+Status CdDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim) {
+  if (!claim.view.ok()) {
+    // No allocation recorded, or Prepare failed at this same step, before
+    // doing anything.
+    LOG_INFO(2, "claim configs do not resolve; nothing but the CDI spec to undo",
+             {{"claim", claim.ref.uid}, {"err", claim.view.status()}});
+  } else if (!options_.host_managed) {
+    for (const api::ConfiguredResults& group : claim.view->groups) {
+      if (group.config.kind != api::ConfigKind::kComputeDomainChannelConfig) continue;
+      const std::string domain_id = DomainIdOf(group.config);
+      if (!domain_id.empty()) RETURN_IF_ERROR(RemoveNodeLabel(domain_id));
     }
   }
-  RETURN_IF_ERROR(cdi_.RemoveClaimSpec(claim_uid));
+  RETURN_IF_ERROR(cdi_.RemoveClaimSpec(claim.ref.uid));
   RemoveStaleDomainDirs();
   return common::OkStatus();
 }
@@ -294,20 +277,18 @@ void CdDeviceState::RemoveStaleDomainDirs() {
   }
 }
 
-bool CdDeviceState::AwaitRetry(const ordered_json& claim, const Status& failure,
+bool CdDeviceState::AwaitRetry(const kubeletplugin::ClaimView& claim, const Status& failure,
                                std::chrono::steady_clock::time_point deadline) {
   if (failure.code() != common::StatusCode::kUnavailable) return false;
-  StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(claim["status"], options_.host_managed);
-  if (!groups.ok()) return false;
   struct Awaited {
     std::string domain;
     bool needs_ready;       // driverManaged channel: this node's daemon Ready
     bool needs_channel_id;  // channel isolation: status.imexChannelID set
   };
   std::vector<Awaited> awaited;
-  for (const api::ConfiguredResults& group : *groups) {
+  for (const api::ConfiguredResults& group : claim.groups) {
     const bool is_channel = group.config.kind == api::ConfigKind::kComputeDomainChannelConfig;
-    awaited.push_back({StringAt(group.config.object, "domainID"), is_channel && !options_.host_managed,
+    awaited.push_back({DomainIdOf(group.config), is_channel && !options_.host_managed,
                        is_channel && options_.channel_isolation});
   }
   const std::string clique = clique_id();
@@ -365,13 +346,11 @@ Status CdDeviceState::CheckHostImexReady() const {
 bool CdDeviceState::DomainInUse(const kubeletplugin::Checkpoint& checkpoint, const std::string& cd_uid) const {
   for (const auto& [uid, entry] : checkpoint.claims) {
     if (entry.state == kubeletplugin::ClaimCheckpointState::kPrepareAborted) continue;
-    auto allocation = entry.status.is_object() ? entry.status.find("allocation") : entry.status.end();
-    if (allocation == entry.status.end() || !allocation->is_object()) continue;
-    StatusOr<std::vector<api::ConfiguredResults>> groups = ResolveConfigs(entry.status, options_.host_managed);
-    if (!groups.ok()) continue;
-    for (const api::ConfiguredResults& group : *groups) {
-      if (group.config.kind == api::ConfigKind::kComputeDomainChannelConfig &&
-          StringAt(group.config.object, "domainID") == cd_uid) {
+    StatusOr<kubeletplugin::ClaimView> view = kubeletplugin::ResolveClaimView(
+        {.uid = uid, .name = entry.name, .ns = entry.ns}, entry.status, kDriverName, *this);
+    if (!view.ok()) continue;
+    for (const api::ConfiguredResults& group : view->groups) {
+      if (group.config.kind == api::ConfigKind::kComputeDomainChannelConfig && DomainIdOf(group.config) == cd_uid) {
         return true;
       }
     }

@@ -40,9 +40,9 @@
 // A ComputeDomain not (yet) in the informer cache is kUnavailable as well
 // (upstream fails at once): a claim racing its domain's creation waits for it.
 //
-// Checkpoint groups in upstream's shape:
-//   [{"devices": [{"channel": {"info": {"id": 0}, "device": {...}}, "daemon": null}],
-//     "configState": {"Type": "channel", "ComputeDomain": "<cdUID>"}}]
+// Checkpoint groups (kubeletplugin/prepared_devices.h): one per claim
+// device, a PreparedChannel or PreparedDaemon with the CdConfigState
+// {Type: "channel"|"daemon", ComputeDomain: <cdUID>}.
 //
 // Ownership: borrows the client, the watch and the CDI writer, which must
 // outlive it. Thread-safety: PrepareDevices/UnprepareDevices and
@@ -57,13 +57,11 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "computedomain/cdi.h"
 #include "computedomain/domain_watch.h"
 #include "k8s/client.h"
-#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/claim_device_backend.h"
 
 namespace nvdra::computedomain {
 
@@ -96,17 +94,20 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   CdDeviceState(CdDeviceStateOptions options, std::string clique_id, k8s::Client& client, DomainWatch& watch,
                 const CdCdi& cdi);
 
-  common::StatusOr<nlohmann::ordered_json> PrepareDevices(const nlohmann::ordered_json& claim) override;
-  common::Status UnprepareDevices(const std::string& claim_uid,
-                                  const kubeletplugin::CheckpointedClaim& entry) override;
+  // Upstream's defaults: the daemon config, then the channel config.
+  std::vector<api::ConfigKind> DefaultConfigKinds() const override;
+  // channel-<n> (n below 2048): ComputeDomainChannelConfig; daemon-0:
+  // ComputeDomainDaemonConfig (kFailedPrecondition with hostManaged).
+  common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
+  common::StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> PrepareDevices(
+      const kubeletplugin::ClaimView& claim) override;
+  common::Status UnprepareDevices(const kubeletplugin::RecordedClaim& claim) override;
   // Redoing a channel claim's steps is harmless, and undoing them would drop
   // the node label its domain's daemon pod is scheduled by.
-  common::Status RollBackLeftover(const std::string&, const kubeletplugin::CheckpointedClaim&) override {
-    return common::OkStatus();
-  }
+  common::Status RollBackLeftover(const kubeletplugin::RecordedClaim&) override { return common::OkStatus(); }
   // Waits (no timer: DomainWatch's event-driven wait) until every domain the
   // claim's channel configs name is known and has this node Ready.
-  bool AwaitRetry(const nlohmann::ordered_json& claim, const common::Status& failure,
+  bool AwaitRetry(const kubeletplugin::ClaimView& claim, const common::Status& failure,
                   std::chrono::steady_clock::time_point deadline) override;
 
   std::string clique_id() const;

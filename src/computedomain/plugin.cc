@@ -33,6 +33,7 @@ using common::StatusOr;
 // preparer and the state it calls.
 struct ComputeDomainKubeletPlugin::Parts {
   std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<kubeletplugin::ApiClaimReader> claim_reader;
   std::unique_ptr<nvml::Library> nvml;
   nvml::CliqueOptions clique_options;
   std::unique_ptr<CdCdi> cdi;
@@ -179,13 +180,14 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   parts->watch->SetDomainDeletedHandler([state = parts->device_state.get()] { state->RemoveStaleDomainDirs(); });
 
   ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
+  parts->claim_reader = std::make_unique<kubeletplugin::ApiClaimReader>(*parts->client);
   ASSIGN_OR_RETURN(parts->preparer, kubeletplugin::ClaimPreparer::Create(
                                         {.driver_name = driver,
                                          .plugin_dir = plugin_dir,
                                          .boot_id = boot_id,
                                          .record_aborted = true,
                                          .ready_wait = environment.ready_wait},
-                                        *parts->client, *parts->device_state));
+                                        *parts->claim_reader, *parts->device_state));
 
   kubeletplugin::DesiredSlice slice;
   for (const std::string& name : parts->device_state->PublishedDeviceNames()) {

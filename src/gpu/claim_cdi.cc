@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/overloaded.h"
+
 namespace nvdra::gpu {
 
 using common::Status;
@@ -34,12 +36,17 @@ Status GpuCdi::WriteClaimSpec(const std::string& claim_uid, const std::vector<Cl
   for (const ClaimDevice& device : devices) {
     ClaimCdiDevice entry;
     entry.canonical_name = device.name;
-    if (device.mig == nullptr) {
-      entry.edits = FullGpuEdits(device.gpu->minor, roots_);
-    } else {
-      ASSIGN_OR_RETURN(entry.edits, MigDeviceEdits(device.gpu->minor, device.mig->gi_id, device.mig->ci_id,
-                                                   roots_, options_.proc));
-    }
+    ASSIGN_OR_RETURN(entry.edits,
+                     std::visit(common::Overloaded{
+                                    [&](const FullGpuDevice& gpu) -> StatusOr<kubeletplugin::CdiContainerEdits> {
+                                      return FullGpuEdits(gpu.gpu.minor, roots_);
+                                    },
+                                    [&](const MigSliceDevice& slice) {
+                                      return MigDeviceEdits(slice.parent.minor, slice.mig.gi_id, slice.mig.ci_id,
+                                                            roots_, options_.proc);
+                                    },
+                                },
+                                device.kind));
     spec_devices.push_back(std::move(entry));
   }
   const kubeletplugin::CdiSpec spec = BuildClaimSpec(claim_uid, common_edits_, spec_devices, roots_);

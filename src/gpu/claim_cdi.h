@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/status.h"
@@ -32,11 +33,26 @@ struct GpuCdiOptions {
   ProcPaths proc = ProcPathsFromEnvironment();   // /proc/devices, MIG capabilities
 };
 
-// A device of a claim: a full GPU (mig == nullptr) or a MIG device.
+// A full GPU of this node.
+struct FullGpuDevice {
+  const GpuInfo& gpu;
+};
+
+// A static MIG device of this node and the GPU it lives on.
+struct MigSliceDevice {
+  const GpuInfo& parent;
+  const MigDeviceInfo& mig;
+};
+
+// What a device this node publishes is. New kinds (VFIO, dynamic MIG) are
+// added here; every std::visit over it then fails to compile until it
+// handles them.
+using NodeDeviceKind = std::variant<FullGpuDevice, MigSliceDevice>;
+
+// A device of a claim.
 struct ClaimDevice {
   std::string name;
-  const GpuInfo* gpu = nullptr;
-  const MigDeviceInfo* mig = nullptr;
+  NodeDeviceKind kind;
 };
 
 class GpuCdi {

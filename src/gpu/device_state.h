@@ -1,12 +1,11 @@
 #pragma once
 
 // The GPU plugin's half of claim preparation (kubeletplugin::ClaimDeviceBackend):
-// which node devices a claim's allocation names, which opaque config applies
-// to each (api::ResolveDeviceConfigs), the per-claim CDI spec, and the
-// checkpoint groups in upstream's JSON shape
-//   [{"devices": [{"gpu": {"info": {"uuid"}, "device": {...}}, "mig": null}],
-//     "configState": {}}]
-// so that a node can switch between the Go driver and this one.
+// which config kind each device of this node takes (GpuConfig for a full
+// GPU, MigDeviceConfig for a MIG device), the per-claim CDI spec, and the
+// typed groups the framework records in upstream's checkpoint shape
+// (kubeletplugin/prepared_devices.h), so that a node can switch between the
+// Go driver and this one.
 //
 // Supported: full GPUs and static (pre-created) MIG devices, exclusive use.
 // Sharing, VFIO and dynamic MIG fail with a clear "not supported yet".
@@ -19,39 +18,33 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/discovery.h"
-#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/claim_device_backend.h"
 
 namespace nvdra::gpu {
 
 inline constexpr std::string_view kDriverName = "gpu.nvidia.com";
 
-// A device this node publishes and can prepare.
-struct AllocatableDevice {
-  std::string name;                 // "gpu-0", "gpu-0-mig-1g10gb-19-0"
-  const GpuInfo* gpu = nullptr;     // the GPU, or the MIG device's parent
-  const MigDeviceInfo* mig = nullptr;  // set for MIG devices
-};
-
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
  public:
   GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi);
 
-  common::StatusOr<nlohmann::ordered_json> PrepareDevices(const nlohmann::ordered_json& claim) override;
-  common::Status UnprepareDevices(const std::string& claim_uid,
-                                  const kubeletplugin::CheckpointedClaim& entry) override;
+  std::vector<api::ConfigKind> DefaultConfigKinds() const override;
+  common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
+  common::StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> PrepareDevices(
+      const kubeletplugin::ClaimView& claim) override;
+  common::Status UnprepareDevices(const kubeletplugin::RecordedClaim& claim) override;
 
-  const std::map<std::string, AllocatableDevice>& devices() const { return devices_; }
+  // Devices this node can prepare, by name ("gpu-0", "gpu-0-mig-1g10gb-19-0").
+  const std::map<std::string, NodeDeviceKind>& devices() const { return devices_; }
   const NodeInventory& inventory() const { return inventory_; }
 
  private:
   NodeInventory inventory_;
   const GpuCdi& cdi_;
-  std::map<std::string, AllocatableDevice> devices_;  // by device name; points into inventory_
+  std::map<std::string, NodeDeviceKind> devices_;  // refers into inventory_
 };
 
 }  // namespace nvdra::gpu

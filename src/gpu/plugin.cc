@@ -35,6 +35,7 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<common::MetricsRegistry> metrics_registry;
   std::unique_ptr<kubeletplugin::PluginMetrics> metrics;
   std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<kubeletplugin::ApiClaimReader> claim_reader;
   std::unique_ptr<nvml::Library> nvml;
   std::unique_ptr<GpuCdi> cdi;
   std::unique_ptr<GpuDeviceState> device_state;
@@ -154,11 +155,12 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi);
 
   ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
+  parts->claim_reader = std::make_unique<kubeletplugin::ApiClaimReader>(*parts->client);
   ASSIGN_OR_RETURN(parts->preparer,
                    kubeletplugin::ClaimPreparer::Create(
                        {.driver_name = driver, .plugin_dir = plugin_dir, .boot_id = boot_id,
                         .metrics = parts->metrics.get()},
-                       *parts->client, *parts->device_state));
+                       *parts->claim_reader, *parts->device_state));
 
   kubeletplugin::PublisherOptions publisher_options;
   publisher_options.driver_name = driver;

@@ -35,6 +35,12 @@ bool HasDevices(const Json& prepared_devices) {
   return !prepared_devices.is_null() && !(prepared_devices.is_array() && prepared_devices.empty());
 }
 
+void AppendDevices(std::string& out, const std::vector<PreparedDeviceGroup>& groups) {
+  if (groups.empty()) return;
+  out += ",\"preparedDevices\":";
+  AppendGoJson(out, EncodePreparedGroups(groups));
+}
+
 void AppendStatus(std::string& out, const Json& status) {
   // A Go struct is never "empty" for omitempty: a missing status is {}.
   if (status.is_null()) {
@@ -91,10 +97,7 @@ std::string EncodeV2(const Checkpoint& checkpoint, std::uint64_t checksum) {
       AppendGoJsonString(out, ClaimCheckpointStateName(claim.state));
       out += ",\"status\":";
       AppendStatus(out, claim.status);
-      if (HasDevices(claim.prepared_devices)) {
-        out += ",\"preparedDevices\":";
-        AppendGoJson(out, claim.prepared_devices);
-      }
+      AppendDevices(out, claim.prepared_devices);
       if (!claim.name.empty()) {
         out += ",\"name\":";
         AppendGoJsonString(out, claim.name);
@@ -359,7 +362,9 @@ StatusOr<Checkpoint> Decode(std::string_view bytes) {
       CheckpointedClaim claim;
       claim.state = ClaimCheckpointState::kPrepareCompleted;
       claim.status = std::move(body.first);
-      claim.prepared_devices = std::move(body.second);
+      ASSIGN_OR_RETURN(claim.prepared_devices,
+                       DecodePreparedGroups(body.second, fmt::format("v1.preparedClaims[{}].preparedDevices",
+                                                                     Quoted(uid))));
       checkpoint.claims.emplace(uid, std::move(claim));
     }
     return checkpoint;
@@ -376,7 +381,9 @@ StatusOr<Checkpoint> Decode(std::string_view bytes) {
       CheckpointedClaim claim;
       ASSIGN_OR_RETURN(const std::string state, ReadString(body, "checkpointState", where));
       ASSIGN_OR_RETURN(claim.state, ParseState(state, where));
-      RETURN_IF_ERROR(ReadClaimBody(body, where, claim.status, claim.prepared_devices));
+      Json devices;
+      RETURN_IF_ERROR(ReadClaimBody(body, where, claim.status, devices));
+      ASSIGN_OR_RETURN(claim.prepared_devices, DecodePreparedGroups(devices, where + ".preparedDevices"));
       ASSIGN_OR_RETURN(claim.name, ReadString(body, "name", where));
       ASSIGN_OR_RETURN(claim.ns, ReadString(body, "namespace", where));
       ASSIGN_OR_RETURN(claim.aborted_at, ReadString(body, "abortedAt", where));
@@ -432,10 +439,13 @@ common::StatusOr<Checkpoint> DecodeCheckpoint(std::string_view bytes) {
 }
 
 std::string EncodeCheckpoint(const Checkpoint& checkpoint) {
+  // V1 repeats the completed claims; its encoder works on JSON values.
+  std::map<std::string, Json> v1_devices;
   std::map<std::string, V1ClaimRef> v1_claims;
   for (const auto& [uid, claim] : checkpoint.claims) {
     if (claim.state != ClaimCheckpointState::kPrepareCompleted) continue;
-    v1_claims.emplace(uid, V1ClaimRef{&claim.status, &claim.prepared_devices});
+    const Json& devices = v1_devices.emplace(uid, EncodePreparedGroups(claim.prepared_devices)).first->second;
+    v1_claims.emplace(uid, V1ClaimRef{&claim.status, &devices});
   }
   const std::string v1 = EncodeV1(v1_claims);
   const std::uint64_t checksum_v1 = KubeletChecksum(V1ChecksumInput(v1));

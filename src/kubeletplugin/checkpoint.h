@@ -34,15 +34,17 @@
 // Not read: the CD plugin's pre-release 25.3-rc2 layout (checkpoint_legacy.go,
 // claims as bare arrays of groups); such a file is rejected as kDataLoss.
 //
-// Byte compatibility of "status" and "preparedDevices": both are kept as the
-// json values they are, key order included, and written back in that order.
+// Byte compatibility of "status" and "preparedDevices": the status is kept as
+// the json value it is, key order included, and written back in that order;
+// preparedDevices is decoded into the typed groups of prepared_devices.h,
+// whose codec writes upstream's struct order.
 // The Go driver re-marshals them through its structs when it verifies a
 // checksum, so what we write must be what its structs would write: members in
 // struct declaration order, Go's omitempty, map keys sorted. A status exactly
 // as the API server sent it satisfies this when the server's ResourceClaim
 // schema matches the Go driver's vendored one (fields the driver does not
-// know would be dropped on its side and fail its check); preparedDevices is
-// built by our plugins in the Go shapes (see test/data/checkpoint/).
+// know would be dropped on its side and fail its check). Files the Go types
+// wrote are in test/data/checkpoint/.
 //
 // Ownership: values. Thread-safety: thread-safe (pure functions).
 
@@ -51,10 +53,12 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "kubeletplugin/prepared_devices.h"
 
 namespace nvdra::kubeletplugin {
 
@@ -72,9 +76,9 @@ struct CheckpointedClaim {
   // The full ResourceClaimStatus as received from the API server (key order
   // kept). null is written as {}.
   nlohmann::ordered_json status;
-  // The plugin's groups array (GPU: [{devices:[...], configState:{...}}], CD:
-  // the same with channel/daemon devices). null or [] when none (omitted).
-  nlohmann::ordered_json prepared_devices;
+  // What the plugin prepared (prepared_devices.h); empty when none (then
+  // "preparedDevices" is omitted, as Go omits a nil or empty slice).
+  std::vector<PreparedDeviceGroup> prepared_devices;
   std::string name;  // JSON "name"; empty for entries written before it existed
   std::string ns;    // JSON "namespace"; likewise
   // JSON "abortedAt": RFC 3339 as Go writes a metav1.Time ("2026-03-14T15:09:26Z",
@@ -108,8 +112,7 @@ common::StatusOr<Checkpoint> DecodeCheckpoint(std::string_view bytes);
 
 // The bytes the Go driver writes for `checkpoint`: "v1" derived from the
 // claims, both checksums set. DecodeCheckpoint(EncodeCheckpoint(c)) == c for
-// any c whose status is an object and whose prepared_devices is null or a
-// non-empty array.
+// any c whose status is an object.
 std::string EncodeCheckpoint(const Checkpoint& checkpoint);
 
 // The kubelet checkpointmanager checksum of `json_bytes`

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "api/opaque_config.h"
 #include "common/crash_point.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
@@ -29,36 +30,15 @@ std::string StringAt(const ordered_json& object, const char* key) {
   return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
-std::vector<std::string> StringsAt(const ordered_json& object, const char* key) {
-  std::vector<std::string> out;
-  if (!object.is_object()) return out;
-  auto it = object.find(key);
-  if (it == object.end() || !it->is_array()) return out;
-  for (const auto& item : *it) {
-    if (item.is_string()) out.push_back(item.get<std::string>());
-  }
-  return out;
-}
+// Equal as JSON values, key order aside, as upstream's semantic DeepEqual
+// compares the decoded structs.
+bool SameValue(const ordered_json& a, const ordered_json& b) { return nlohmann::json(a) == nlohmann::json(b); }
 
-// Names of the non-admin devices this driver allocated to the claim.
-std::set<std::string> RequestedNonAdminDevices(const ordered_json& claim, const std::string& driver) {
-  std::set<std::string> names;
-  const ordered_json* results = nullptr;
-  if (auto s = claim.find("status"); s != claim.end()) {
-    if (auto a = s->find("allocation"); a != s->end()) {
-      if (auto d = a->find("devices"); d != a->end()) {
-        if (auto r = d->find("results"); r != d->end() && r->is_array()) results = &*r;
-      }
-    }
-  }
-  if (results == nullptr) return names;
-  for (const auto& result : *results) {
-    if (StringAt(result, "driver") != driver) continue;
-    auto admin = result.find("adminAccess");
-    if (admin != result.end() && admin->is_boolean() && admin->get<bool>()) continue;
-    names.insert(StringAt(result, "device"));
-  }
-  return names;
+const ordered_json& Member(const ordered_json& object, const char* key) {
+  static const ordered_json kNull;
+  if (!object.is_object()) return kNull;
+  auto it = object.find(key);
+  return it == object.end() ? kNull : *it;
 }
 
 std::string ClaimString(const ClaimRef& ref) { return fmt::format("{}/{} ({})", ref.ns, ref.name, ref.uid); }
@@ -109,35 +89,36 @@ class ClaimPreparer::RequestRecord {
   bool succeeded_ = false;
 };
 
-std::vector<PreparedDevice> DevicesFromGroups(const ordered_json& groups) {
-  std::vector<PreparedDevice> devices;
-  if (!groups.is_array()) return devices;
-  for (const auto& group : groups) {
-    auto list = group.find("devices");
-    if (list == group.end() || !list->is_array()) continue;
-    for (const auto& entry : *list) {
-      if (!entry.is_object()) continue;
-      for (const auto& [kind, value] : entry.items()) {
-        if (!value.is_object()) continue;  // the other kinds are null
-        auto device = value.find("device");
-        if (device == value.end() || !device->is_object()) continue;
-        devices.push_back(PreparedDevice{
-            .requests = StringsAt(*device, "Requests"),
-            .pool_name = StringAt(*device, "PoolName"),
-            .device_name = StringAt(*device, "DeviceName"),
-            .cdi_device_ids = StringsAt(*device, "CDIDeviceIDs"),
-        });
-      }
-    }
+StatusOr<ordered_json> ApiClaimReader::Read(const std::string& ns, const std::string& name) const {
+  k8s::RestRequest request;
+  request.path = k8s::resources::kResourceClaims.Path(ns, name);
+  auto response = client_.Do(request);
+  if (!response.ok()) return response.status();
+  ordered_json claim = ordered_json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (claim.is_discarded() || !claim.is_object()) {
+    return common::InternalError(fmt::format("ResourceClaim {}/{}: the API server sent invalid JSON", ns, name));
   }
-  return devices;
+  return claim;
 }
 
-ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, k8s::Client& client, ClaimDeviceBackend& backend)
-    : options_(std::move(options)), client_(client), backend_(backend) {}
+StatusOr<ClaimView> ResolveClaimView(const ClaimRef& ref, const ordered_json& status, std::string_view driver,
+                                     const ClaimDeviceBackend& backend) {
+  ClaimView view{.ref = ref, .groups = {}};
+  const ordered_json& devices = Member(Member(status, "allocation"), "devices");
+  if (!devices.is_object()) return view;
+  ASSIGN_OR_RETURN(view.groups,
+                   api::ResolveDeviceConfigs(nlohmann::json(devices), driver, backend.DefaultConfigKinds(),
+                                             [&backend](const std::string& device) {
+                                               return backend.ConfigKindOf(device);
+                                             }));
+  return view;
+}
+
+ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, const ClaimReader& claims, ClaimDeviceBackend& backend)
+    : options_(std::move(options)), claims_(claims), backend_(backend) {}
 
 StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOptions options,
-                                                               k8s::Client& client,
+                                                               const ClaimReader& claims,
                                                                ClaimDeviceBackend& backend) {
   std::error_code ec;
   std::filesystem::create_directories(options.plugin_dir, ec);
@@ -145,7 +126,7 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOpti
     return common::InternalError(
         fmt::format("create plugin directory {}: {}", options.plugin_dir.string(), ec.message()));
   }
-  std::unique_ptr<ClaimPreparer> preparer(new ClaimPreparer(std::move(options), client, backend));
+  std::unique_ptr<ClaimPreparer> preparer(new ClaimPreparer(std::move(options), claims, backend));
   ASSIGN_OR_RETURN(NodeLocks locks, preparer->LockNode());
   ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id));
   if (preparer->options_.metrics != nullptr) preparer->options_.metrics->SetPreparedDevices(checkpoint);
@@ -175,19 +156,13 @@ Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint
   return fn(checkpoint);
 }
 
-StatusOr<ordered_json> ClaimPreparer::FetchClaim(const std::string& ns, const std::string& name) const {
-  // Raw body, parsed keeping the server's key order: the claim's status goes
-  // into the checkpoint, whose checksum the Go driver recomputes over its own
-  // struct-ordered encoding.
-  k8s::RestRequest request;
-  request.path = k8s::resources::kResourceClaims.Path(ns, name);
-  auto response = client_.Do(request);
-  if (!response.ok()) return response.status();
-  ordered_json claim = ordered_json::parse(response->body, nullptr, /*allow_exceptions=*/false);
-  if (claim.is_discarded() || !claim.is_object()) {
-    return common::InternalError(fmt::format("ResourceClaim {}/{}: the API server sent invalid JSON", ns, name));
+RecordedClaim ClaimPreparer::Recorded(const std::string& uid, const CheckpointedClaim& entry) const {
+  const ClaimRef ref{.uid = uid, .name = entry.name, .ns = entry.ns};
+  StatusOr<ClaimView> view = common::FailedPreconditionError("the entry records no allocation");
+  if (Member(entry.status, "allocation").is_object()) {
+    view = ResolveClaimView(ref, entry.status, options_.driver_name, backend_);
   }
-  return claim;
+  return RecordedClaim{.ref = ref, .entry = entry, .view = std::move(view)};
 }
 
 std::map<std::string, PrepareResult> ClaimPreparer::PrepareResourceClaims(const std::vector<ClaimRef>& claims) {
@@ -233,24 +208,29 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
     return PrepareResult{.devices = {}, .error = fmt::format("prepare claim {}: {}", ClaimString(ref),
                                                               status.message())};
   };
-  // The API read happens before the lock: it is the slow part, and another
-  // claim's preparation need not wait for it.
-  StatusOr<ordered_json> claim = FetchClaim(ref.ns, ref.name);
+  // The API read and the config resolution happen before the lock: they are
+  // the slow part, and another claim's preparation need not wait for them.
+  StatusOr<ordered_json> claim = claims_.Read(ref.ns, ref.name);
   if (!claim.ok()) return fail(claim.status());
-  const std::string uid = StringAt((*claim)["metadata"], "uid");
+  const std::string uid = StringAt(Member(*claim, "metadata"), "uid");
   if (uid != ref.uid) {
     return fail(common::FailedPreconditionError(
         fmt::format("the API server has UID {} for this claim: it was deleted and re-created", uid)));
   }
-  auto allocation = (*claim)["status"].find("allocation");
-  if (allocation == (*claim)["status"].end() || allocation->is_null()) {
+  const ordered_json& status = Member(*claim, "status");
+  if (!Member(status, "allocation").is_object()) {
     return fail(common::FailedPreconditionError("the claim is not allocated"));
   }
+  StatusOr<ClaimView> view = ResolveClaimView(ref, status, options_.driver_name, backend_);
+  if (!view.ok()) return fail(view.status());
+  for (const api::ConfiguredResults& group : view->groups) {
+    if (Status valid = api::ValidateConfig(group.config, group.source); !valid.ok()) return fail(valid);
+  }
 
-  const auto deadline = std::chrono::steady_clock::now() + options_.ready_wait;
+  const auto deadline = options_.clock->Now() + options_.ready_wait;
   RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
   while (true) {
-    StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(ref, *claim, record);
+    StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(*view, status, record);
     if (devices.ok()) {
       record.Succeeded();
       return PrepareResult{.devices = std::move(*devices), .error = ""};
@@ -258,13 +238,14 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
     if (devices.status().code() != common::StatusCode::kUnavailable) return fail(devices.status());
     // No lock is held here: other claims prepare and unprepare meanwhile.
     LOG_INFO(3, "claim waits outside the node lock", {{"claim", ClaimString(ref)}, {"reason", devices.status()}});
-    if (!backend_.AwaitRetry(*claim, devices.status(), deadline)) return fail(devices.status());
+    if (!backend_.AwaitRetry(*view, devices.status(), deadline)) return fail(devices.status());
     LOG_INFO(4, "claim retries: what it waited for is there", {{"claim", ClaimString(ref)}});
   }
 }
 
-StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRef& ref, const ordered_json& claim,
+StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimView& view, const ordered_json& status,
                                                                    RequestRecord& record) {
+  const ClaimRef& ref = view.ref;
   std::lock_guard<std::mutex> guard(mu_);
   StatusOr<NodeLocks> locks = LockNode();
   const std::optional<PluginMetrics::InFlight> in_flight = record.Locked(locks.ok());
@@ -275,22 +256,26 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRe
   if (auto it = checkpoint.claims.find(ref.uid); it != checkpoint.claims.end()) {
     if (it->second.state == ClaimCheckpointState::kPrepareCompleted) {
       LOG_INFO(4, "claim already prepared", {{"claim", ClaimString(ref)}});
-      return DevicesFromGroups(it->second.prepared_devices);
+      return KubeletDevices(it->second.prepared_devices);
     }
-    // Compared as values (key order aside), as upstream's semantic DeepEqual.
-    if (it->second.state == ClaimCheckpointState::kPrepareAborted &&
-        nlohmann::json::parse(it->second.status.dump()) == nlohmann::json::parse(claim["status"].dump())) {
+    if (it->second.state == ClaimCheckpointState::kPrepareAborted && SameValue(it->second.status, status)) {
       return common::FailedPreconditionError(
           "stale prepare: this claim was unprepared while its preparation was pending (PrepareAborted at " +
           it->second.aborted_at + "); it is not prepared again");
     }
   }
 
-  // Overlap guard: a device may serve one completed claim at a time.
-  const std::set<std::string> wanted = RequestedNonAdminDevices(claim, options_.driver_name);
+  // Overlap guard: a device may serve one completed claim at a time (admin
+  // access may look at a device in use).
+  std::set<std::string> wanted;
+  for (const api::ConfiguredResults& group : view.groups) {
+    for (const api::AllocatedDevice& device : group.results) {
+      if (!device.admin_access) wanted.insert(device.device);
+    }
+  }
   for (const auto& [other_uid, entry] : checkpoint.claims) {
     if (other_uid == ref.uid || entry.state != ClaimCheckpointState::kPrepareCompleted) continue;
-    for (const PreparedDevice& device : DevicesFromGroups(entry.prepared_devices)) {
+    for (const PreparedDevice& device : KubeletDevices(entry.prepared_devices)) {
       if (wanted.contains(device.device_name)) {
         return common::FailedPreconditionError(fmt::format(
             "device {} is already prepared for claim {}/{} ({}); unprepare that claim first",
@@ -305,12 +290,12 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRe
   if (auto it = checkpoint.claims.find(ref.uid);
       it != checkpoint.claims.end() && it->second.state == ClaimCheckpointState::kPrepareStarted) {
     LOG_INFO(2, "found an earlier partial preparation", {{"claim", ClaimString(ref)}});
-    RETURN_IF_ERROR(backend_.RollBackLeftover(ref.uid, it->second));
+    RETURN_IF_ERROR(backend_.RollBackLeftover(Recorded(ref.uid, it->second)));
   }
 
   CheckpointedClaim started;
   started.state = ClaimCheckpointState::kPrepareStarted;
-  started.status = claim["status"];
+  started.status = status;
   started.name = ref.name;
   started.ns = ref.ns;
   // A claim retried after waiting (or after a failed attempt) finds its own
@@ -321,23 +306,22 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimRe
   const bool already_recorded = recorded != checkpoint.claims.end() &&
                                 recorded->second.state == ClaimCheckpointState::kPrepareStarted &&
                                 recorded->second.name == ref.name && recorded->second.ns == ref.ns &&
-                                nlohmann::json::parse(recorded->second.status.dump()) ==
-                                    nlohmann::json::parse(claim["status"].dump());
+                                SameValue(recorded->second.status, status);
   checkpoint.claims[ref.uid] = started;
   common::CrashPoint("prepare-before-started-checkpoint");
   if (!already_recorded) RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-started-checkpoint");
 
-  ASSIGN_OR_RETURN(ordered_json groups, backend_.PrepareDevices(claim));
+  ASSIGN_OR_RETURN(std::vector<PreparedDeviceGroup> groups, backend_.PrepareDevices(view));
   common::CrashPoint("prepare-after-devices");
 
   CheckpointedClaim& completed = checkpoint.claims[ref.uid];
   completed.state = ClaimCheckpointState::kPrepareCompleted;
-  completed.prepared_devices = groups;
+  completed.prepared_devices = std::move(groups);
   RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-completed-checkpoint");
   LOG_INFO(2, "claim prepared", {{"claim", ClaimString(ref)}});
-  return DevicesFromGroups(groups);
+  return KubeletDevices(completed.prepared_devices);
 }
 
 Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record) {
@@ -350,12 +334,12 @@ Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record
   auto it = checkpoint.claims.find(uid);
   if (it == checkpoint.claims.end()) return common::OkStatus();  // never prepared here, or already undone
   if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
-  RETURN_IF_ERROR(backend_.UnprepareDevices(uid, it->second));
+  RETURN_IF_ERROR(backend_.UnprepareDevices(Recorded(uid, it->second)));
   common::CrashPoint("unprepare-after-devices");
   if (options_.record_aborted && it->second.state == ClaimCheckpointState::kPrepareStarted) {
     it->second.state = ClaimCheckpointState::kPrepareAborted;
-    it->second.prepared_devices = nullptr;
-    it->second.aborted_at = FormatGoTime(std::chrono::system_clock::now());
+    it->second.prepared_devices.clear();
+    it->second.aborted_at = FormatGoTime(options_.clock->WallNow());
   } else {
     checkpoint.claims.erase(it);
   }
@@ -367,7 +351,7 @@ StatusOr<int> ClaimPreparer::DropExpiredAborted() {
   ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
   CheckpointStore store(CheckpointPath());
   ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
-  const auto now = std::chrono::system_clock::now();
+  const auto now = options_.clock->WallNow();
   int dropped = 0;
   for (auto it = checkpoint.claims.begin(); it != checkpoint.claims.end();) {
     if (it->second.state != ClaimCheckpointState::kPrepareAborted) {
@@ -397,7 +381,7 @@ StatusOr<int> ClaimPreparer::Reconcile() {
   for (const auto& [uid, entry] : checkpoint.claims) {
     if (entry.name.empty()) continue;  // old format without a name: nothing to ask the API server
     if (entry.state == ClaimCheckpointState::kPrepareAborted) continue;  // expires by age
-    StatusOr<ordered_json> claim = FetchClaim(entry.ns, entry.name);
+    StatusOr<ordered_json> claim = claims_.Read(entry.ns, entry.name);
     std::string reason;
     if (!claim.ok()) {
       if (!k8s::IsNotFound(claim.status())) {
@@ -406,7 +390,7 @@ StatusOr<int> ClaimPreparer::Reconcile() {
         continue;
       }
       reason = "deleted";
-    } else if (StringAt((*claim)["metadata"], "uid") != uid) {
+    } else if (StringAt(Member(*claim, "metadata"), "uid") != uid) {
       reason = "replaced by a claim with another UID";
     } else {
       continue;

@@ -3,8 +3,10 @@
 // The claim preparation engine both kubelet plugins share: the driver-neutral
 // half of NodePrepareResources and NodeUnprepareResources.
 //
-// For each claim it fetches the ResourceClaim from the API server (and checks
-// the UID the kubelet sent), then, holding the node-wide `pu.lock` and its own
+// For each claim it reads the ResourceClaim (ClaimReader: the API server),
+// checks the UID the kubelet sent, resolves this driver's allocation results
+// to their decoded and validated opaque configs (ClaimView,
+// claim_device_backend.h), then, holding the node-wide `pu.lock` and its own
 // mutex:
 //   Prepare:   completed claim -> its stored devices (idempotent);
 //              overlap guard (a device of another completed claim fails it);
@@ -44,7 +46,7 @@
 // kubelet gave up on it; preparing now would leak the channel, upstream
 // #1162). Reconcile drops PrepareAborted entries older than aborted_ttl.
 //
-// Ownership: borrows the client and the backend, which must outlive it.
+// Ownership: borrows the claim reader and the backend, which must outlive it.
 // Thread-safety: thread-safe; one claim operation runs at a time on the node
 // (pu.lock across processes, a mutex within this one).
 
@@ -58,8 +60,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "kubeletplugin/checkpoint.h"
+#include "kubeletplugin/claim_device_backend.h"
 #include "kubeletplugin/dra_service.h"
 #include "kubeletplugin/plugin_metrics.h"
 #include "kubeletplugin/node_lock.h"
@@ -70,45 +74,26 @@ class Client;
 
 namespace nvdra::kubeletplugin {
 
-// The driver-specific half. Called with pu.lock held, one call at a time,
-// except AwaitRetry, which runs with no lock held and concurrently with the
-// others.
-class ClaimDeviceBackend {
+// Where the preparer reads ResourceClaims: the API server in the plugins,
+// a fixed set in the preparer's unit tests. Thread-safe.
+class ClaimReader {
  public:
-  virtual ~ClaimDeviceBackend() = default;
+  virtual ~ClaimReader() = default;
+  // The claim as the server sent it (key order kept: its status goes into
+  // the checkpoint, whose checksum the Go driver recomputes over its own
+  // struct-ordered encoding). kNotFound when it does not exist; other
+  // errors when it cannot be read.
+  virtual common::StatusOr<nlohmann::ordered_json> Read(const std::string& ns, const std::string& name) const = 0;
+};
 
-  // Prepares this driver's devices of an allocated claim (configs, CDI spec)
-  // and returns the checkpoint's device groups in the driver's upstream JSON
-  // shape: [{"devices": [{"<kind>": {..., "device": {"Requests", "PoolName",
-  // "DeviceName", "CDIDeviceIDs"}}}], "configState": {...}}]. Must be safe to
-  // repeat after a crash part-way (overwrite, not append).
-  virtual common::StatusOr<nlohmann::ordered_json> PrepareDevices(const nlohmann::ordered_json& claim) = 0;
+// Reads claims from the API server. Borrows the client.
+class ApiClaimReader final : public ClaimReader {
+ public:
+  explicit ApiClaimReader(k8s::Client& client) : client_(client) {}
+  common::StatusOr<nlohmann::ordered_json> Read(const std::string& ns, const std::string& name) const override;
 
-  // Undoes what an entry records, completed or not (then prepared_devices may
-  // be null and the claim's status says what was allocated). Missing pieces
-  // (a CDI file already gone) are not errors.
-  virtual common::Status UnprepareDevices(const std::string& claim_uid, const CheckpointedClaim& entry) = 0;
-
-  // A PrepareStarted leftover of the same claim (a crash, a failed or a
-  // not-ready attempt) before PrepareDevices runs again. The default undoes
-  // it (UnprepareDevices). A backend whose PrepareDevices simply redoes the
-  // same work may keep it, e.g. the CD plugin, whose rollback would remove the
-  // node label its DaemonSet pod depends on.
-  virtual common::Status RollBackLeftover(const std::string& claim_uid, const CheckpointedClaim& entry) {
-    return UnprepareDevices(claim_uid, entry);
-  }
-
-  // Called with no lock held after PrepareDevices failed with kUnavailable
-  // (`failure`). Blocks until what the claim waits for is there (return true:
-  // the preparer retries at once), or until `deadline` or shutdown (false:
-  // the preparer reports `failure`). The default waits for nothing: false.
-  virtual bool AwaitRetry(const nlohmann::ordered_json& claim, const common::Status& failure,
-                          std::chrono::steady_clock::time_point deadline) {
-    (void)claim;
-    (void)failure;
-    (void)deadline;
-    return false;
-  }
+ private:
+  k8s::Client& client_;
 };
 
 struct ClaimPreparerOptions {
@@ -126,17 +111,15 @@ struct ClaimPreparerOptions {
   // Optional: upstream's nvidia_dra_* metrics of the kubelet's requests and
   // of the checkpoint's prepared devices. Must outlive the preparer.
   PluginMetrics* metrics = nullptr;
+  // Deadlines (ready_wait) and PrepareAborted ages; must outlive the preparer.
+  const common::Clock* clock = &common::RealClock();
 };
-
-// Devices of a checkpoint entry, as the kubelet wants them: every "device"
-// object inside the groups' devices, whatever the kind key.
-std::vector<PreparedDevice> DevicesFromGroups(const nlohmann::ordered_json& groups);
 
 class ClaimPreparer final : public DraDriver {
  public:
   // Loads (and, after a reboot, resets) the checkpoint.
   static common::StatusOr<std::unique_ptr<ClaimPreparer>> Create(ClaimPreparerOptions options,
-                                                                 k8s::Client& client,
+                                                                 const ClaimReader& claims,
                                                                  ClaimDeviceBackend& backend);
 
   std::map<std::string, PrepareResult> PrepareResourceClaims(const std::vector<ClaimRef>& claims) override;
@@ -161,21 +144,22 @@ class ClaimPreparer final : public DraDriver {
   common::Status WithCheckpoint(const std::function<common::Status(const Checkpoint&)>& fn) const;
 
  private:
-  ClaimPreparer(ClaimPreparerOptions options, k8s::Client& client, ClaimDeviceBackend& backend);
+  ClaimPreparer(ClaimPreparerOptions options, const ClaimReader& claims, ClaimDeviceBackend& backend);
 
   class RequestRecord;  // one kubelet request in the metrics
 
   PrepareResult PrepareOne(const ClaimRef& ref);
   // One attempt under the node locks: the recorded devices, or the backend's
   // status (kUnavailable: the caller may wait and try again).
-  common::StatusOr<std::vector<PreparedDevice>> PrepareLocked(const ClaimRef& ref,
-                                                              const nlohmann::ordered_json& claim,
+  common::StatusOr<std::vector<PreparedDevice>> PrepareLocked(const ClaimView& view,
+                                                              const nlohmann::ordered_json& status,
                                                               RequestRecord& record);
   common::StatusOr<int> DropExpiredAborted();
   common::Status UnprepareOne(const std::string& uid, RequestRecord& record);
   // Writes the checkpoint, then recomputes the prepared-devices metric from it.
   common::Status StoreCheckpoint(const Checkpoint& checkpoint) const;
-  common::StatusOr<nlohmann::ordered_json> FetchClaim(const std::string& ns, const std::string& name) const;
+  // The entry with its allocation resolved again, for the backend.
+  RecordedClaim Recorded(const std::string& uid, const CheckpointedClaim& entry) const;
 
   std::filesystem::path CheckpointPath() const { return options_.plugin_dir / "checkpoint.json"; }
   std::filesystem::path LockPath() const { return options_.plugin_dir / "pu.lock"; }
@@ -191,7 +175,7 @@ class ClaimPreparer final : public DraDriver {
   common::StatusOr<NodeLocks> LockNode() const;
 
   const ClaimPreparerOptions options_;
-  k8s::Client& client_;
+  const ClaimReader& claims_;
   ClaimDeviceBackend& backend_;
   mutable std::mutex mu_;  // with pu.lock: one claim operation at a time
 };

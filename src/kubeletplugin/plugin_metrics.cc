@@ -80,19 +80,12 @@ void PluginMetrics::CountError(ClaimOperation operation, std::string_view error_
 void PluginMetrics::SetPreparedDevices(const Checkpoint& checkpoint) {
   std::map<std::string, int, std::less<>> counts;
   for (const auto& [uid, entry] : checkpoint.claims) {
-    if (entry.state != ClaimCheckpointState::kPrepareCompleted || !entry.prepared_devices.is_array()) continue;
-    for (const auto& group : entry.prepared_devices) {
-      if (!group.is_object()) continue;
-      auto devices = group.find("devices");
-      if (devices == group.end() || !devices->is_array()) continue;
-      for (const auto& device : *devices) {
-        std::string type(kUnknownDeviceType);
-        if (device.is_object()) {
-          for (const auto& [kind, value] : device.items()) {
-            if (value.is_null()) continue;  // the other kinds
-            if (std::find(device_types_.begin(), device_types_.end(), kind) != device_types_.end()) type = kind;
-            break;
-          }
+    if (entry.state != ClaimCheckpointState::kPrepareCompleted) continue;
+    for (const PreparedDeviceGroup& group : entry.prepared_devices) {
+      for (const PreparedDeviceEntry& device : group.devices) {
+        std::string type(PreparedDeviceKindName(device.kind));
+        if (std::find(device_types_.begin(), device_types_.end(), type) == device_types_.end()) {
+          type = kUnknownDeviceType;
         }
         ++counts[type];
       }

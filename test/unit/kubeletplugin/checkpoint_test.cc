@@ -111,8 +111,20 @@ TEST(CheckpointFixtureTest, CompletedClaimsKeepStatusDevicesNameAndNamespace) {
   EXPECT_EQ(mig.ns, "team-b");
   EXPECT_TRUE(mig.aborted_at.empty());
   EXPECT_EQ(mig.status["allocation"]["devices"]["results"][0]["device"], "gpu-1-mig-1g10gb-0-0");
-  EXPECT_EQ(mig.prepared_devices[0]["devices"][0]["mig"]["concrete"]["giId"], 13);
-  EXPECT_TRUE(mig.prepared_devices[0]["devices"][0]["gpu"].is_null());
+  ASSERT_EQ(mig.prepared_devices.size(), 1u);
+  ASSERT_EQ(mig.prepared_devices[0].devices.size(), 1u);
+  const auto* slice = std::get_if<PreparedMig>(&mig.prepared_devices[0].devices[0].kind);
+  ASSERT_NE(slice, nullptr);
+  EXPECT_EQ(slice->gi_id, 13);
+  EXPECT_EQ(slice->parent_pci_bus_id, "0000:1b:00.0");
+  EXPECT_EQ(mig.prepared_devices[0].devices[0].device.device.device_name, "gpu-1-mig-1g10gb-0-0");
+  EXPECT_EQ(std::get<GpuConfigState>(mig.prepared_devices[0].config_state).time_slice_applied, true);
+  const CheckpointedClaim& vfio = cp.claims.at("a1b2c3d4-0000-4000-8000-000000000003");
+  ASSERT_EQ(vfio.prepared_devices.size(), 1u);
+  const PreparedDeviceEntry& passthrough = vfio.prepared_devices[0].devices.at(0);
+  EXPECT_TRUE(std::holds_alternative<PreparedVfio>(passthrough.kind));
+  EXPECT_TRUE(passthrough.device.share_id.has_value());
+  EXPECT_TRUE(passthrough.device.metadata.is_object());
   // Status keys stay in the API's (Go struct) order, not sorted.
   EXPECT_EQ(mig.status["allocation"].begin().key(), "devices");
 }
@@ -126,7 +138,7 @@ TEST(CheckpointFixtureTest, V1OnlyFileUpgradesToPrepareCompleted) {
   EXPECT_EQ(claim.state, ClaimCheckpointState::kPrepareCompleted);
   EXPECT_TRUE(claim.name.empty());
   EXPECT_TRUE(claim.ns.empty());
-  EXPECT_FALSE(claim.prepared_devices.is_null());
+  EXPECT_FALSE(claim.prepared_devices.empty());
   // Written back, the file gains "v2" but keeps "checksum" and "v1" byte for
   // byte, so the old driver still reads it after a downgrade.
   const std::string encoded = EncodeCheckpoint(cp);
@@ -141,7 +153,7 @@ TEST(CheckpointFixtureTest, PrepareStartedIsInV2Only) {
   ASSERT_EQ(cp.claims.size(), 2u);
   const CheckpointedClaim& started = cp.claims.at("a1b2c3d4-0000-4000-8000-000000000004");
   EXPECT_EQ(started.state, ClaimCheckpointState::kPrepareStarted);
-  EXPECT_TRUE(started.prepared_devices.is_null());
+  EXPECT_TRUE(started.prepared_devices.empty());
   EXPECT_EQ(started.name, "claim-started");
   const Json file = Json::parse(ReadFixture("gpu-v2-prepare-started.json"));
   EXPECT_EQ(file["v1"]["preparedClaims"].size(), 1u);
@@ -157,7 +169,11 @@ TEST(CheckpointFixtureTest, ComputeDomainAbortedClaimCarriesAbortedAt) {
   ASSERT_TRUE(when.ok()) << when.status();
   EXPECT_EQ(FormatGoTime(*when), aborted.aborted_at);
   const CheckpointedClaim& channel = cp.claims.at("c1000000-0000-4000-8000-000000000001");
-  EXPECT_EQ(channel.prepared_devices[0]["configState"].begin().key(), "Type");
+  ASSERT_EQ(channel.prepared_devices.size(), 1u);
+  const auto& state = std::get<CdConfigState>(channel.prepared_devices[0].config_state);
+  EXPECT_EQ(state.type, "ComputeDomainChannelConfig");  // as the fixture has it
+  EXPECT_FALSE(state.compute_domain.empty());
+  EXPECT_TRUE(std::holds_alternative<PreparedChannel>(channel.prepared_devices[0].devices.at(0).kind));
 }
 
 TEST(CheckpointFixtureTest, EscapedStringsDecodeToTheirText) {
@@ -265,7 +281,15 @@ Checkpoint SampleCheckpoint() {
   CheckpointedClaim& done = cp.claims["uid-b"];
   done.state = ClaimCheckpointState::kPrepareCompleted;
   done.status = Json::parse(R"({"allocation":{"devices":{"results":[{"request":"r","driver":"gpu.nvidia.com","pool":"n","device":"gpu-0"}]}},"reservedFor":[{"resource":"pods","name":"p<1>","uid":"u"}]})");
-  done.prepared_devices = Json::parse(R"([{"devices":[{"gpu":{"info":{"uuid":"GPU-1"},"device":{"Requests":["r"],"PoolName":"n","DeviceName":"gpu-0","CDIDeviceIDs":["k8s.gpu.nvidia.com/claim=uid-b-gpu-0"]}},"mig":null}],"configState":{}}])");
+  done.prepared_devices = {PreparedDeviceGroup{
+      .devices = {{.kind = PreparedGpu{.uuid = "GPU-1"},
+                   .device = {.device = {.requests = {"r"},
+                                         .pool_name = "n",
+                                         .device_name = "gpu-0",
+                                         .cdi_device_ids = {"k8s.gpu.nvidia.com/claim=uid-b-gpu-0"}},
+                              .share_id = std::nullopt,
+                              .metadata = nullptr}}},
+      .config_state = GpuConfigState{}}};
   done.name = "claim-b";
   done.ns = "ns\u2028";
   CheckpointedClaim& started = cp.claims["uid-a"];
@@ -305,10 +329,9 @@ TEST(CheckpointEncodeTest, LayoutFollowsGoFieldOrderAndOmitempty) {
   EXPECT_THAT(bytes, HasSubstr(R"("abortedAt":"2026-03-14T15:09:26Z"})"));
 }
 
-TEST(CheckpointEncodeTest, EmptyDevicesArrayAndNullStatusAreWrittenAsGoWould) {
+TEST(CheckpointEncodeTest, NoDevicesAndNullStatusAreWrittenAsGoWould) {
   Checkpoint cp;
   cp.claims["u"].state = ClaimCheckpointState::kPrepareCompleted;
-  cp.claims["u"].prepared_devices = Json::array();
   const std::string bytes = EncodeCheckpoint(cp);
   EXPECT_THAT(bytes, HasSubstr(R"("v1":{"preparedClaims":{"u":{"status":{}}}})"));
   EXPECT_THAT(bytes, HasSubstr(R"("u":{"checkpointState":"PrepareCompleted","status":{}})"));

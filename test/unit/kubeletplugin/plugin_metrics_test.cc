@@ -88,7 +88,15 @@ TEST_F(PluginMetricsTest, ErrorsByOperationAndType) {
       text, "nvidia_dra_node_unprepare_errors_total{driver=\"gpu.nvidia.com\",error_type=\"publish_resources\"} 1"));
 }
 
-CheckpointedClaim Entry(ClaimCheckpointState state, ordered_json groups) {
+PreparedDeviceGroup Group(std::vector<PreparedDeviceKind> kinds) {
+  PreparedDeviceGroup group{.devices = {}, .config_state = GpuConfigState{}};
+  for (PreparedDeviceKind& kind : kinds) {
+    group.devices.push_back({.kind = std::move(kind), .device = {}});
+  }
+  return group;
+}
+
+CheckpointedClaim Entry(ClaimCheckpointState state, std::vector<PreparedDeviceGroup> groups) {
   CheckpointedClaim entry;
   entry.state = state;
   entry.prepared_devices = std::move(groups);
@@ -96,21 +104,14 @@ CheckpointedClaim Entry(ClaimCheckpointState state, ordered_json groups) {
 }
 
 TEST_F(PluginMetricsTest, PreparedDevicesCountsCompletedClaimsByKind) {
-  const ordered_json device = {{"device", {{"DeviceName", "gpu-0"}}}};
   Checkpoint checkpoint;
-  checkpoint.claims["a"] = Entry(
-      ClaimCheckpointState::kPrepareCompleted,
-      ordered_json::array({{{"devices", ordered_json::array({{{"gpu", device}, {"mig", nullptr}},
-                                                             {{"gpu", nullptr}, {"mig", device}}})}},
-                           {{"devices", ordered_json::array({{{"gpu", device}, {"mig", nullptr}}})}}}));
-  checkpoint.claims["b"] = Entry(ClaimCheckpointState::kPrepareCompleted,
-                                 ordered_json::array({{{"devices", ordered_json::array({
-                                                                       {{"gpu", nullptr}, {"mig", nullptr}},
-                                                                       {{"other", device}},
-                                                                   })}}}));
+  checkpoint.claims["a"] = Entry(ClaimCheckpointState::kPrepareCompleted,
+                                 {Group({PreparedGpu{}, PreparedMig{}}), Group({PreparedGpu{}})});
+  // Kinds this plugin does not publish count as unknown.
+  checkpoint.claims["b"] =
+      Entry(ClaimCheckpointState::kPrepareCompleted, {Group({PreparedChannel{}, PreparedDaemon{}})});
   // Not completed: not counted.
-  checkpoint.claims["c"] = Entry(ClaimCheckpointState::kPrepareStarted,
-                                 ordered_json::array({{{"devices", ordered_json::array({{{"vfio", device}}})}}}));
+  checkpoint.claims["c"] = Entry(ClaimCheckpointState::kPrepareStarted, {Group({PreparedVfio{}})});
   metrics_.SetPreparedDevices(checkpoint);
   std::string text = registry_.Render();
   const auto line = [](const char* type, int count) {

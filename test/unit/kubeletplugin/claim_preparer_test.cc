@@ -1,0 +1,592 @@
+// The claim preparer's state machine at unit tier: a fake backend that keeps
+// "node state" (which claims hold which devices) in memory, claims served
+// from a map instead of the API server, a clock the test moves, and the
+// crash points reached by a hook that abandons the operation the way a
+// crash does (whatever is on disk stays; the next preparer over the same
+// folder is the restarted plugin).
+#include "kubeletplugin/claim_preparer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/crash_point.h"
+#include "kubeletplugin/checkpoint_store.h"
+
+namespace nvdra::kubeletplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using common::Status;
+using common::StatusCode;
+using common::StatusOr;
+using nlohmann::ordered_json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kDriver[] = "gpu.nvidia.com";
+constexpr char kBoot[] = "boot-1";
+
+// ---- Test doubles
+
+class FakeClock final : public common::Clock {
+ public:
+  std::chrono::system_clock::time_point WallNow() const override { return wall_; }
+  std::chrono::steady_clock::time_point Now() const override { return steady_; }
+  void Advance(std::chrono::seconds by) {
+    wall_ += by;
+    steady_ += by;
+  }
+
+ private:
+  std::chrono::system_clock::time_point wall_ =
+      std::chrono::system_clock::time_point(std::chrono::seconds(1'773'500'966));
+  std::chrono::steady_clock::time_point steady_ = std::chrono::steady_clock::time_point(std::chrono::hours(1));
+};
+
+class MapClaimReader final : public ClaimReader {
+ public:
+  StatusOr<ordered_json> Read(const std::string& ns, const std::string& name) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    auto it = claims_.find(ns + "/" + name);
+    if (it == claims_.end()) return common::NotFoundError("resourceclaims \"" + name + "\" not found");
+    return it->second;
+  }
+  void Put(const ordered_json& claim) {
+    std::lock_guard<std::mutex> lock(mu_);
+    claims_[claim["metadata"]["namespace"].get<std::string>() + "/" + claim["metadata"]["name"].get<std::string>()] =
+        claim;
+  }
+  void Erase(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    claims_.erase(ns + "/" + name);
+  }
+  void FailReads(Status error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(error);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, ordered_json> claims_;
+  Status error_ = common::OkStatus();
+};
+
+// Devices are "gpu-<n>" (GpuConfig) and "mig-<n>" (MigDeviceConfig).
+class FakeBackend final : public ClaimDeviceBackend {
+ public:
+  std::vector<api::ConfigKind> DefaultConfigKinds() const override {
+    return {api::ConfigKind::kGpuConfig, api::ConfigKind::kMigDeviceConfig};
+  }
+  StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override {
+    if (device.starts_with("gpu-")) return api::ConfigKind::kGpuConfig;
+    if (device.starts_with("mig-")) return api::ConfigKind::kMigDeviceConfig;
+    return common::NotFoundError("device " + device + " is not on this node");
+  }
+
+  StatusOr<std::vector<PreparedDeviceGroup>> PrepareDevices(const ClaimView& claim) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++prepare_calls;
+    seen_views.push_back(claim);
+    if (claim.ref.uid == fail_first_prepare_of) {
+      fail_first_prepare_of.clear();
+      return common::UnavailableError("not yet");
+    }
+    if (!next_prepare_failures.empty()) {
+      Status failure = next_prepare_failures.front();
+      next_prepare_failures.erase(next_prepare_failures.begin());
+      return failure;
+    }
+    std::vector<PreparedDeviceGroup> groups;
+    for (const api::ConfiguredResults& configured : claim.groups) {
+      PreparedDeviceGroup group{.devices = {}, .config_state = GpuConfigState{}};
+      for (const api::AllocatedDevice& device : configured.results) {
+        node_devices[claim.ref.uid].insert(device.device);
+        group.devices.push_back(
+            {.kind = PreparedGpu{.uuid = "GPU-" + device.device},
+             .device = {.device = {.requests = {device.request},
+                                   .pool_name = device.pool,
+                                   .device_name = device.device,
+                                   .cdi_device_ids = {"k8s.gpu.nvidia.com/claim=" + claim.ref.uid + "-" + device.device}},
+                        .share_id = std::nullopt,
+                        .metadata = nullptr}});
+      }
+      groups.push_back(std::move(group));
+    }
+    if (prepared_hook) prepared_hook(claim.ref.uid);
+    return groups;
+  }
+
+  Status UnprepareDevices(const RecordedClaim& claim) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++unprepare_calls;
+    unprepared_states.push_back(claim.entry.state);
+    node_devices.erase(claim.ref.uid);
+    return common::OkStatus();
+  }
+
+  Status RollBackLeftover(const RecordedClaim& claim) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++rollbacks;
+    }
+    return UnprepareDevices(claim);
+  }
+
+  bool AwaitRetry(const ClaimView& claim, const Status& failure,
+                  std::chrono::steady_clock::time_point deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      awaited.push_back({claim.ref.uid, failure.code(), deadline});
+    }
+    return await_hook ? await_hook(claim) : false;
+  }
+
+  struct Await {
+    std::string uid;
+    StatusCode code;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  std::mutex mu_;
+  int prepare_calls = 0;
+  int unprepare_calls = 0;
+  int rollbacks = 0;
+  std::vector<Status> next_prepare_failures;
+  std::vector<ClaimView> seen_views;
+  std::vector<ClaimCheckpointState> unprepared_states;
+  std::vector<Await> awaited;
+  std::map<std::string, std::set<std::string>> node_devices;  // claim UID -> devices held
+  std::function<bool(const ClaimView&)> await_hook;
+  std::function<void(const std::string& uid)> prepared_hook;  // after a successful PrepareDevices
+  std::string fail_first_prepare_of;  // this claim's first PrepareDevices is kUnavailable
+};
+
+// ---- Claims
+
+ordered_json Claim(const std::string& uid, const std::string& name, const std::vector<std::string>& devices,
+                   ordered_json configs = ordered_json::array(), bool admin = false) {
+  ordered_json results = ordered_json::array();
+  for (const std::string& device : devices) {
+    ordered_json result = {{"request", "req"}, {"driver", kDriver}, {"pool", "node-a"}, {"device", device}};
+    if (admin) result["adminAccess"] = true;
+    results.push_back(std::move(result));
+  }
+  return {{"metadata", {{"name", name}, {"namespace", "ns"}, {"uid", uid}}},
+          {"status", {{"allocation", {{"devices", {{"results", results}, {"config", configs}}}}}}}};
+}
+
+ClaimRef Ref(const ordered_json& claim) {
+  return {.uid = claim["metadata"]["uid"], .name = claim["metadata"]["name"], .ns = claim["metadata"]["namespace"]};
+}
+
+// Abandons the operation at one named crash point, as a SIGKILL there would.
+struct Crash {
+  std::string point;
+};
+std::string armed_point;
+void ThrowAtArmedPoint(std::string_view name) {
+  if (name == armed_point) throw Crash{std::string(name)};
+}
+
+class ClaimPreparerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "claim-preparer-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    common::TEST_SetCrashPointHook(nullptr);
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  ClaimPreparerOptions Options(bool record_aborted = false) {
+    return {.driver_name = kDriver,
+            .plugin_dir = dir_,
+            .boot_id = kBoot,
+            .lock_timeout = std::chrono::milliseconds(500),
+            .record_aborted = record_aborted,
+            .aborted_ttl = std::chrono::seconds(90),
+            .ready_wait = std::chrono::seconds(40),
+            .metrics = nullptr,
+            .clock = &clock_};
+  }
+
+  std::unique_ptr<ClaimPreparer> NewPreparer(bool record_aborted = false) {
+    auto preparer = ClaimPreparer::Create(Options(record_aborted), claims_, backend_);
+    EXPECT_TRUE(preparer.ok()) << preparer.status();
+    return preparer.ok() ? std::move(*preparer) : nullptr;
+  }
+
+  PrepareResult Prepare(ClaimPreparer& preparer, const ordered_json& claim) {
+    return preparer.PrepareResourceClaims({Ref(claim)}).at(Ref(claim).uid);
+  }
+  std::string Unprepare(ClaimPreparer& preparer, const ordered_json& claim) {
+    return preparer.UnprepareResourceClaims({Ref(claim)}).at(Ref(claim).uid);
+  }
+
+  Checkpoint OnDisk() {
+    auto checkpoint = CheckpointStore(dir_ / "checkpoint.json").Load();
+    EXPECT_TRUE(checkpoint.ok()) << checkpoint.status();
+    return checkpoint.ok() ? *checkpoint : Checkpoint{};
+  }
+
+  fs::path dir_;
+  FakeClock clock_;
+  MapClaimReader claims_;
+  FakeBackend backend_;
+};
+
+// ---- Prepare
+
+TEST_F(ClaimPreparerTest, PrepareRecordsCompletedDevicesAndAnswersTheKubelet) {
+  auto preparer = NewPreparer();
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0", "gpu-1"});
+  claims_.Put(claim);
+  PrepareResult result = Prepare(*preparer, claim);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 2u);
+  EXPECT_EQ(result.devices[0].device_name, "gpu-0");
+  EXPECT_EQ(result.devices[0].pool_name, "node-a");
+  EXPECT_THAT(result.devices[0].cdi_device_ids, ElementsAre("k8s.gpu.nvidia.com/claim=uid-1-gpu-0"));
+
+  const Checkpoint checkpoint = OnDisk();
+  const CheckpointedClaim& entry = checkpoint.claims.at("uid-1");
+  EXPECT_EQ(entry.state, ClaimCheckpointState::kPrepareCompleted);
+  EXPECT_EQ(entry.name, "c1");
+  EXPECT_EQ(entry.ns, "ns");
+  EXPECT_EQ(KubeletDevices(entry.prepared_devices), result.devices);
+  EXPECT_EQ(entry.status, claim["status"]);
+  EXPECT_EQ(checkpoint.node_boot_id, kBoot);
+
+  // The backend got the typed view: identity and one default-config group.
+  ASSERT_EQ(backend_.seen_views.size(), 1u);
+  const ClaimView& view = backend_.seen_views[0];
+  EXPECT_EQ(view.ref, Ref(claim));
+  ASSERT_EQ(view.groups.size(), 1u);
+  EXPECT_EQ(view.groups[0].source, "default");
+  EXPECT_EQ(view.groups[0].config.kind, api::ConfigKind::kGpuConfig);
+  ASSERT_EQ(view.groups[0].results.size(), 2u);
+  EXPECT_EQ(view.groups[0].results[1].device, "gpu-1");
+}
+
+TEST_F(ClaimPreparerTest, PrepareTwiceReturnsRecordedDevicesWithoutTheBackend) {
+  auto preparer = NewPreparer();
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  const PrepareResult first = Prepare(*preparer, claim);
+  const PrepareResult second = Prepare(*preparer, claim);
+  EXPECT_EQ(first, second);
+  EXPECT_EQ(backend_.prepare_calls, 1);
+}
+
+TEST_F(ClaimPreparerTest, ClaimConfigsAreMatchedPerRequestBeforeTheBackendRuns) {
+  auto preparer = NewPreparer();
+  const ordered_json configs = ordered_json::array(
+      {{{"source", "FromClaim"},
+        {"requests", {"req"}},
+        {"opaque",
+         {{"driver", kDriver},
+          {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "MigDeviceConfig"}}}}}}});
+  const ordered_json claim = Claim("uid-1", "c1", {"mig-0"}, configs);
+  claims_.Put(claim);
+  ASSERT_EQ(Prepare(*preparer, claim).error, "");
+  ASSERT_EQ(backend_.seen_views.size(), 1u);
+  EXPECT_EQ(backend_.seen_views[0].groups.at(0).source, "claim config[0].opaque.parameters");
+  EXPECT_EQ(backend_.seen_views[0].groups.at(0).config.kind, api::ConfigKind::kMigDeviceConfig);
+}
+
+TEST_F(ClaimPreparerTest, RefusedConfigFailsWithoutTouchingTheCheckpoint) {
+  auto preparer = NewPreparer();
+  const ordered_json configs = ordered_json::array(
+      {{{"source", "FromClaim"},
+        {"requests", {"req"}},
+        {"opaque",
+         {{"driver", kDriver},
+          {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"bogus", 1}}}}}}});
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"}, configs);
+  claims_.Put(claim);
+  const PrepareResult result = Prepare(*preparer, claim);
+  EXPECT_THAT(result.error, HasSubstr("bogus"));
+  EXPECT_EQ(backend_.prepare_calls, 0);
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+TEST_F(ClaimPreparerTest, UnknownDeviceUidMismatchAndNoAllocationFailClearly) {
+  auto preparer = NewPreparer();
+  const ordered_json unknown = Claim("uid-1", "c1", {"tpu-0"});
+  claims_.Put(unknown);
+  EXPECT_THAT(Prepare(*preparer, unknown).error, HasSubstr("device tpu-0 is not on this node"));
+
+  ordered_json recreated = Claim("uid-2", "c2", {"gpu-0"});
+  claims_.Put(recreated);
+  recreated["metadata"]["uid"] = "uid-old";
+  EXPECT_THAT(Prepare(*preparer, recreated).error, HasSubstr("deleted and re-created"));
+
+  ordered_json pending = Claim("uid-3", "c3", {"gpu-0"});
+  pending["status"] = ordered_json::object();
+  claims_.Put(pending);
+  EXPECT_THAT(Prepare(*preparer, pending).error, HasSubstr("not allocated"));
+
+  const ordered_json missing = Claim("uid-4", "c4", {"gpu-0"});
+  EXPECT_THAT(Prepare(*preparer, missing).error, HasSubstr("not found"));
+  EXPECT_EQ(backend_.prepare_calls, 0);
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+TEST_F(ClaimPreparerTest, DeviceOfAnotherCompletedClaimIsRefusedUnlessAdminAccess) {
+  auto preparer = NewPreparer();
+  const ordered_json first = Claim("uid-1", "c1", {"gpu-0"});
+  const ordered_json second = Claim("uid-2", "c2", {"gpu-0"});
+  const ordered_json admin = Claim("uid-3", "c3", {"gpu-0"}, ordered_json::array(), /*admin=*/true);
+  claims_.Put(first);
+  claims_.Put(second);
+  claims_.Put(admin);
+  ASSERT_EQ(Prepare(*preparer, first).error, "");
+  EXPECT_THAT(Prepare(*preparer, second).error, HasSubstr("device gpu-0 is already prepared for claim ns/c1 (uid-1)"));
+  EXPECT_EQ(Prepare(*preparer, admin).error, "");
+}
+
+TEST_F(ClaimPreparerTest, FailedPrepareLeavesStartedAndTheNextAttemptRollsItBackFirst) {
+  auto preparer = NewPreparer();
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  backend_.next_prepare_failures = {common::InternalError("device busy")};
+  EXPECT_THAT(Prepare(*preparer, claim).error, HasSubstr("device busy"));
+  EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareStarted);
+
+  ASSERT_EQ(Prepare(*preparer, claim).error, "");
+  EXPECT_EQ(backend_.rollbacks, 1);
+  EXPECT_THAT(backend_.unprepared_states, ElementsAre(ClaimCheckpointState::kPrepareStarted));
+  EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareCompleted);
+}
+
+// ---- Waiting outside the locks
+
+TEST_F(ClaimPreparerTest, UnavailableWaitsWithNoLockHeldThenRetries) {
+  auto preparer = NewPreparer();
+  const ordered_json waiting = Claim("uid-1", "c1", {"gpu-0"});
+  const ordered_json other = Claim("uid-2", "c2", {"gpu-1"});
+  claims_.Put(waiting);
+  claims_.Put(other);
+  backend_.next_prepare_failures = {common::UnavailableError("domain not ready")};
+  std::string other_result = "not run";
+  backend_.await_hook = [&](const ClaimView&) {
+    // Another claim prepares and unprepares meanwhile: with a node lock held
+    // here these would fail after lock_timeout.
+    other_result = Prepare(*preparer, other).error + "|" + Unprepare(*preparer, other);
+    return true;
+  };
+  const PrepareResult result = Prepare(*preparer, waiting);
+  EXPECT_EQ(result.error, "");
+  EXPECT_EQ(other_result, "|");
+  ASSERT_EQ(backend_.awaited.size(), 1u);
+  EXPECT_EQ(backend_.awaited[0].uid, "uid-1");
+  EXPECT_EQ(backend_.awaited[0].code, StatusCode::kUnavailable);
+  EXPECT_EQ(backend_.awaited[0].deadline, clock_.Now() + std::chrono::seconds(40));
+  // The retry found its own PrepareStarted entry and handed it to the
+  // backend's RollBackLeftover first (the CD backend keeps it; this one undoes it).
+  EXPECT_EQ(backend_.rollbacks, 1);
+  EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareCompleted);
+}
+
+TEST_F(ClaimPreparerTest, AWaitThatEndsWithoutTheAwaitedStateReportsTheFailure) {
+  auto preparer = NewPreparer();
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  backend_.next_prepare_failures = {common::UnavailableError("daemon not Ready")};
+  EXPECT_THAT(Prepare(*preparer, claim).error, HasSubstr("daemon not Ready"));
+  EXPECT_EQ(backend_.awaited.size(), 1u);
+  EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareStarted);
+}
+
+TEST_F(ClaimPreparerTest, ClaimsOfOneCallPrepareConcurrently) {
+  auto preparer = NewPreparer();
+  const ordered_json waiting = Claim("uid-1", "c1", {"gpu-0"});
+  const ordered_json quick = Claim("uid-2", "c2", {"gpu-1"});
+  claims_.Put(waiting);
+  claims_.Put(quick);
+  // uid-1 fails first and then waits until uid-2, from the same kubelet
+  // call, has been prepared: run one after the other, that never happens.
+  std::promise<void> quick_prepared;
+  std::future<void> quick_prepared_future = quick_prepared.get_future();
+  backend_.prepared_hook = [&](const std::string& uid) {
+    if (uid == "uid-2") quick_prepared.set_value();
+  };
+  backend_.fail_first_prepare_of = "uid-1";
+  backend_.await_hook = [&](const ClaimView&) {
+    return quick_prepared_future.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  };
+  std::map<std::string, PrepareResult> results = preparer->PrepareResourceClaims({Ref(waiting), Ref(quick)});
+  EXPECT_EQ(results.at("uid-1").error, "");
+  EXPECT_EQ(results.at("uid-2").error, "");
+  EXPECT_EQ(backend_.awaited.size(), 1u);
+}
+
+// ---- Unprepare and PrepareAborted
+
+TEST_F(ClaimPreparerTest, UnprepareUndoesACompletedClaimAndIgnoresUnknownOnes) {
+  auto preparer = NewPreparer();
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  ASSERT_EQ(Prepare(*preparer, claim).error, "");
+  EXPECT_EQ(Unprepare(*preparer, claim), "");
+  EXPECT_TRUE(backend_.node_devices.empty());
+  EXPECT_TRUE(OnDisk().claims.empty());
+  EXPECT_EQ(Unprepare(*preparer, Claim("uid-9", "c9", {"gpu-0"})), "");
+  EXPECT_EQ(backend_.unprepare_calls, 1);
+}
+
+TEST_F(ClaimPreparerTest, UnprepareOfAPendingClaimRecordsPrepareAbortedAndRefusesItsStalePrepare) {
+  auto preparer = NewPreparer(/*record_aborted=*/true);
+  ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  backend_.next_prepare_failures = {common::InternalError("first attempt fails")};
+  ASSERT_NE(Prepare(*preparer, claim).error, "");
+  ASSERT_EQ(Unprepare(*preparer, claim), "");
+  CheckpointedClaim aborted = OnDisk().claims.at("uid-1");
+  EXPECT_EQ(aborted.state, ClaimCheckpointState::kPrepareAborted);
+  EXPECT_EQ(aborted.aborted_at, FormatGoTime(clock_.WallNow()));
+  EXPECT_TRUE(aborted.prepared_devices.empty());
+
+  // The kubelet's late retry of the same allocation: refused as stale.
+  EXPECT_THAT(Prepare(*preparer, claim).error, HasSubstr("stale prepare"));
+  // The same status with its keys in another order is still the same status.
+  ordered_json reordered = claim;
+  reordered["status"] = ordered_json::parse(R"({"allocation":{"devices":{"config":[],"results":[
+      {"device":"gpu-0","pool":"node-a","driver":"gpu.nvidia.com","request":"req"}]}}})");
+  claims_.Put(reordered);
+  EXPECT_THAT(Prepare(*preparer, reordered).error, HasSubstr("stale prepare"));
+  // A new allocation of the claim prepares.
+  ordered_json reallocated = Claim("uid-1", "c1", {"gpu-1"});
+  claims_.Put(reallocated);
+  EXPECT_EQ(Prepare(*preparer, reallocated).error, "");
+}
+
+// ---- Reconcile
+
+TEST_F(ClaimPreparerTest, ReconcileUnpreparesDeletedAndReplacedClaimsAndKeepsUnreadableOnes) {
+  auto preparer = NewPreparer();
+  const ordered_json deleted = Claim("uid-1", "c1", {"gpu-0"});
+  const ordered_json replaced = Claim("uid-2", "c2", {"gpu-1"});
+  const ordered_json live = Claim("uid-3", "c3", {"gpu-2"});
+  for (const ordered_json& c : {deleted, replaced, live}) {
+    claims_.Put(c);
+    ASSERT_EQ(Prepare(*preparer, c).error, "");
+  }
+  claims_.FailReads(common::UnavailableError("API server down"));
+  EXPECT_EQ(*preparer->Reconcile(), 0);
+  EXPECT_EQ(OnDisk().claims.size(), 3u);
+
+  claims_.FailReads(common::OkStatus());
+  claims_.Erase("ns", "c1");
+  claims_.Put(Claim("uid-2-new", "c2", {"gpu-1"}));
+  StatusOr<int> removed = preparer->Reconcile();
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 2);
+  const Checkpoint checkpoint = OnDisk();
+  EXPECT_EQ(checkpoint.claims.size(), 1u);
+  EXPECT_TRUE(checkpoint.claims.contains("uid-3"));
+  EXPECT_EQ(backend_.node_devices.size(), 1u);
+}
+
+TEST_F(ClaimPreparerTest, ReconcileDropsPrepareAbortedEntriesOnceTheirTimeToLiveHasPassed) {
+  auto preparer = NewPreparer(/*record_aborted=*/true);
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  backend_.next_prepare_failures = {common::InternalError("fails")};
+  ASSERT_NE(Prepare(*preparer, claim).error, "");
+  ASSERT_EQ(Unprepare(*preparer, claim), "");
+  clock_.Advance(std::chrono::seconds(89));
+  EXPECT_EQ(*preparer->Reconcile(), 0);
+  EXPECT_TRUE(OnDisk().claims.contains("uid-1"));
+  clock_.Advance(std::chrono::seconds(2));
+  EXPECT_EQ(*preparer->Reconcile(), 1);
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+TEST_F(ClaimPreparerTest, ACheckpointOfAnotherBootIsDiscarded) {
+  {
+    auto preparer = NewPreparer();
+    const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+    claims_.Put(claim);
+    ASSERT_EQ(Prepare(*preparer, claim).error, "");
+  }
+  ClaimPreparerOptions options = Options();
+  options.boot_id = "boot-2";
+  auto rebooted = ClaimPreparer::Create(options, claims_, backend_);
+  ASSERT_TRUE(rebooted.ok()) << rebooted.status();
+  EXPECT_TRUE((*rebooted)->ReadCheckpoint()->claims.empty());
+}
+
+// ---- Crashes at every point
+
+class ClaimPreparerCrashTest : public ClaimPreparerTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ClaimPreparerCrashTest, PrepareCrashConvergesAfterRestartWithNothingLeaked) {
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  armed_point = GetParam();
+  common::TEST_SetCrashPointHook(&ThrowAtArmedPoint);
+  {
+    auto preparer = NewPreparer();
+    EXPECT_THROW(preparer->PrepareResourceClaims({Ref(claim)}), Crash);
+  }
+  common::TEST_SetCrashPointHook(nullptr);
+
+  // Restarted: the kubelet asks again, then the pod goes.
+  auto restarted = NewPreparer();
+  const PrepareResult result = Prepare(*restarted, claim);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 1u);
+  EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareCompleted);
+  EXPECT_EQ(backend_.node_devices.at("uid-1"), std::set<std::string>{"gpu-0"});
+  ASSERT_EQ(Unprepare(*restarted, claim), "");
+  EXPECT_TRUE(backend_.node_devices.empty());
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPreparePoint, ClaimPreparerCrashTest,
+                         ::testing::Values("prepare-before-started-checkpoint", "prepare-after-started-checkpoint",
+                                           "prepare-after-devices", "prepare-after-completed-checkpoint"),
+                         [](const auto& point) {
+                           std::string name = point.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST_F(ClaimPreparerTest, UnprepareCrashAfterTheDevicesConvergesOnTheKubeletsRetry) {
+  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
+  claims_.Put(claim);
+  auto preparer = NewPreparer();
+  ASSERT_EQ(Prepare(*preparer, claim).error, "");
+  armed_point = "unprepare-after-devices";
+  common::TEST_SetCrashPointHook(&ThrowAtArmedPoint);
+  EXPECT_THROW(preparer->UnprepareResourceClaims({Ref(claim)}), Crash);
+  common::TEST_SetCrashPointHook(nullptr);
+  preparer.reset();
+  // The entry survived the crash; the retried Unprepare undoes it again
+  // (idempotent in the backend) and removes it.
+  EXPECT_TRUE(OnDisk().claims.contains("uid-1"));
+  auto restarted = NewPreparer();
+  EXPECT_EQ(Unprepare(*restarted, claim), "");
+  EXPECT_TRUE(OnDisk().claims.empty());
+  EXPECT_EQ(backend_.unprepare_calls, 2);
+}
+
+}  // namespace
+}  // namespace nvdra::kubeletplugin

@@ -1,12 +1,14 @@
 #pragma once
 
 // Typed views of the driver's CRDs (resource.nvidia.com/v1beta1):
-// ComputeDomain (spec.numNodes, spec.channel, status.status, status.nodes[])
+// ComputeDomain (spec.numNodes, spec.channel, status.status,
+// status.imexChannelID, status.nodes[])
 // and ComputeDomainClique (top-level daemons[], no spec or status).
 // Fields per upstream-inventory.md sections 2.5 and 2.6. See object.h.
 // Ownership: values. Thread-safety: thread-compatible.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +67,12 @@ class ComputeDomain : public Object {
   // "Ready" or "NotReady"; the CRD's default "NotReady" when absent.
   std::string status() const;
   void set_status(std::string_view value) { Set({"status", "status"}, value); }
+  // status.status exactly as written; "" when absent (where status()
+  // would read the CRD's default).
+  std::string status_as_written() const { return GetString({"status", "status"}); }
+  // status.imexChannelID (channel isolation); nullopt when absent.
+  std::optional<std::int64_t> imex_channel_id() const { return GetOptionalInt({"status", "imexChannelID"}); }
+  void set_imex_channel_id(std::int64_t value) { Set({"status", "imexChannelID"}, value); }
   std::vector<ComputeDomainNode> nodes() const { return GetList<ComputeDomainNode>({"status", "nodes"}); }
   void set_nodes(const std::vector<ComputeDomainNode>& value) { SetList({"status", "nodes"}, value); }
 };

@@ -119,7 +119,10 @@ TemplateValues Values() {
           {"LOG_VERBOSITY", "2"},
           {"MAX_NODES_PER_IMEX_DOMAIN", "18"},
           {"RESOURCE_CLAIM_TEMPLATE_NAME", "computedomain-daemon-u1"},
-          {"ALLOCATION_MODE", "Single"}};
+          {"ALLOCATION_MODE", "Single"},
+          {"IMAGE_PULL_SECRETS", ""},
+          {"FEATURE_GATES_ENV", ""},
+          {"CHANNEL_SELECTORS", ""}};
 }
 
 TEST(ShippedTemplatesTest, RenderAsUpstreamsController) {

@@ -1,0 +1,80 @@
+#include "computedomain/controller/object_renderer.h"
+
+#include <string>
+
+#include <fmt/format.h>
+
+#include "computedomain/clique_membership.h"
+
+namespace nvdra::computedomain::controller {
+
+using common::StatusOr;
+using nlohmann::json;
+
+namespace {
+
+// A line of YAML flow style: JSON's quoting is valid YAML, so names and
+// values go in dumped as JSON strings whatever characters they hold.
+std::string Quoted(std::string_view text) { return json(std::string(text)).dump(); }
+
+// "imagePullSecrets: [{name: "a"}, ...]", or "" when there are none.
+std::string ImagePullSecretsLine(const std::vector<std::string>& names) {
+  if (names.empty()) return "";
+  std::vector<std::string> items;
+  for (const std::string& name : names) items.push_back(fmt::format("{{name: {}}}", Quoted(name)));
+  return fmt::format("imagePullSecrets: [{}]", fmt::join(items, ", "));
+}
+
+// An env list item setting FEATURE_GATES, or "" when no gates are passed on.
+std::string FeatureGatesEnvLine(std::string_view gates) {
+  if (gates.empty()) return "";
+  return fmt::format("- {{name: FEATURE_GATES, value: {}}}", Quoted(gates));
+}
+
+// A request's selectors matching only `channel`'s device, or "".
+std::string ChannelSelectorsLine(std::optional<int> channel) {
+  if (!channel) return "";
+  return fmt::format("selectors: [{{cel: {{expression: {}}}}}]",
+                     Quoted(fmt::format("device.attributes[\"compute-domain.nvidia.com\"].id == {}", *channel)));
+}
+
+}  // namespace
+
+std::string DaemonObjectName(std::string_view cd_uid) { return fmt::format("computedomain-daemon-{}", cd_uid); }
+
+TemplateValues DomainObjectRenderer::CommonValues(std::string_view ns, std::string_view name,
+                                                  std::string_view cd_uid) {
+  return {{"NAMESPACE", std::string(ns)},
+          {"NAME", std::string(name)},
+          {"FINALIZER", std::string(kFinalizer)},
+          {"COMPUTE_DOMAIN_LABEL_KEY", std::string(kComputeDomainLabel)},
+          {"COMPUTE_DOMAIN_UID", std::string(cd_uid)},
+          {"TARGET_LABEL_KEY", std::string(kTargetLabel)}};
+}
+
+StatusOr<json> DomainObjectRenderer::DaemonSet(std::string_view cd_uid) const {
+  TemplateValues values = CommonValues(options_.driver_namespace, DaemonObjectName(cd_uid), cd_uid);
+  values.insert({{"IMAGE_NAME", options_.image_name},
+                 {"LOG_VERBOSITY", std::to_string(options_.log_verbosity_cd_daemon)},
+                 {"MAX_NODES_PER_IMEX_DOMAIN", std::to_string(options_.max_nodes_per_imex_domain)},
+                 {"RESOURCE_CLAIM_TEMPLATE_NAME", DaemonObjectName(cd_uid)},
+                 {"IMAGE_PULL_SECRETS", ImagePullSecretsLine(options_.image_pull_secret_names)},
+                 {"FEATURE_GATES_ENV", FeatureGatesEnvLine(options_.daemon_feature_gates)}});
+  return RenderTemplate(kDaemonSetTemplate, options_.templates.daemon_set, values);
+}
+
+StatusOr<json> DomainObjectRenderer::DaemonClaimTemplate(std::string_view cd_uid) const {
+  return RenderTemplate(kDaemonClaimTemplate, options_.templates.daemon_claim,
+                        CommonValues(options_.driver_namespace, DaemonObjectName(cd_uid), cd_uid));
+}
+
+StatusOr<json> DomainObjectRenderer::WorkloadClaimTemplate(const k8s::ComputeDomain& cd,
+                                                           std::optional<int> channel) const {
+  TemplateValues values = CommonValues(cd.namespace_name(), cd.channel_resource_claim_template_name(), cd.uid());
+  // hostManaged always asks for one channel, as upstream.
+  values["ALLOCATION_MODE"] = options_.host_managed ? "Single" : cd.channel_allocation_mode();
+  values["CHANNEL_SELECTORS"] = ChannelSelectorsLine(channel);
+  return RenderTemplate(kWorkloadClaimTemplate, options_.templates.workload_claim, values);
+}
+
+}  // namespace nvdra::computedomain::controller

@@ -1,0 +1,109 @@
+// DomainObjectRenderer: the DaemonSet and claim templates come whole from
+// the shipped templates; the options only fill placeholders.
+
+#include "computedomain/controller/object_renderer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace nvdra::computedomain::controller {
+namespace {
+
+using json = nlohmann::json;
+
+ControllerOptions Options() {
+  ControllerOptions options;
+  auto templates = Templates::Load(NVDRA_SOURCE_DIR "/templates");
+  EXPECT_TRUE(templates.ok()) << templates.status();
+  if (templates.ok()) options.templates = *templates;
+  options.driver_namespace = "drv";
+  options.image_name = "img:1";
+  options.log_verbosity_cd_daemon = 3;
+  options.max_nodes_per_imex_domain = 9;
+  return options;
+}
+
+k8s::ComputeDomain Domain(std::string mode = "") {
+  k8s::ComputeDomain cd = k8s::ComputeDomain::New("ns1", "cd1");
+  cd.mutable_json()["metadata"]["uid"] = "u1";
+  cd.set_channel_resource_claim_template_name("cd1-channel");
+  if (!mode.empty()) cd.set_channel_allocation_mode(mode);
+  return cd;
+}
+
+TEST(DomainObjectRendererTest, DaemonSetWithoutPullSecretsOrGatesHasNeither) {
+  const ControllerOptions options = Options();
+  auto ds = DomainObjectRenderer(options).DaemonSet("u1");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)["metadata"]["namespace"], "drv");
+  EXPECT_EQ((*ds)["metadata"]["name"], "computedomain-daemon-u1");
+  const json& pod = (*ds)["spec"]["template"]["spec"];
+  EXPECT_FALSE(pod.contains("imagePullSecrets"));
+  const json& env = pod["containers"][0]["env"];
+  EXPECT_EQ(env.back(), json::parse(R"({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})"));
+  EXPECT_EQ(env[0], json::parse(R"({"name": "LOG_VERBOSITY", "value": "3"})"));
+  EXPECT_EQ(env[1], json::parse(R"({"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"})"));
+  EXPECT_EQ(pod["resourceClaims"][0]["resourceClaimTemplateName"], "computedomain-daemon-u1");
+  EXPECT_EQ(pod["containers"][0]["image"], "img:1");
+}
+
+TEST(DomainObjectRendererTest, DaemonSetCarriesPullSecretsAndGatesFromTheTemplate) {
+  ControllerOptions options = Options();
+  options.image_pull_secret_names = {"reg-a", "reg \"b\""};
+  options.daemon_feature_gates = "A=true,B=false";
+  auto ds = DomainObjectRenderer(options).DaemonSet("u1");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const json& pod = (*ds)["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["imagePullSecrets"], json::parse(R"([{"name": "reg-a"}, {"name": "reg \"b\""}])"));
+  const json& env = pod["containers"][0]["env"];
+  EXPECT_EQ(env.back(), json::parse(R"({"name": "FEATURE_GATES", "value": "A=true,B=false"})"));
+  EXPECT_EQ(env[env.size() - 2]["name"], "NVIDIA_VISIBLE_DEVICES");
+}
+
+TEST(DomainObjectRendererTest, DaemonClaimTemplateIsTheDaemonTarget) {
+  const ControllerOptions options = Options();
+  auto claim = DomainObjectRenderer(options).DaemonClaimTemplate("u1");
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ((*claim)["metadata"]["namespace"], "drv");
+  EXPECT_EQ((*claim)["metadata"]["name"], "computedomain-daemon-u1");
+  EXPECT_EQ((*claim)["metadata"]["labels"][std::string(kTargetLabel)], "Daemon");
+}
+
+TEST(DomainObjectRendererTest, WorkloadClaimTemplateInTheDomainsNamespace) {
+  const ControllerOptions options = Options();
+  auto claim = DomainObjectRenderer(options).WorkloadClaimTemplate(Domain("All"), std::nullopt);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ((*claim)["metadata"]["namespace"], "ns1");
+  EXPECT_EQ((*claim)["metadata"]["name"], "cd1-channel");
+  EXPECT_EQ((*claim)["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["allocationMode"], "All");
+  EXPECT_FALSE((*claim)["spec"]["spec"]["devices"]["requests"][0]["exactly"].contains("selectors"));
+}
+
+TEST(DomainObjectRendererTest, WorkloadClaimTemplateSelectsTheDomainsOwnChannel) {
+  const ControllerOptions options = Options();
+  auto claim = DomainObjectRenderer(options).WorkloadClaimTemplate(Domain(), 7);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ((*claim)["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"],
+            json::parse(R"([{"cel": {"expression": "device.attributes[\"compute-domain.nvidia.com\"].id == 7"}}])"));
+  EXPECT_EQ((*claim)["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["allocationMode"], "Single");
+}
+
+TEST(DomainObjectRendererTest, HostManagedAlwaysAsksForOneChannel) {
+  ControllerOptions options = Options();
+  options.host_managed = true;
+  auto claim = DomainObjectRenderer(options).WorkloadClaimTemplate(Domain("All"), std::nullopt);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ((*claim)["spec"]["spec"]["devices"]["config"][0]["opaque"]["parameters"]["allocationMode"], "Single");
+}
+
+TEST(DomainObjectRendererTest, ATemplateWithAnUnknownPlaceholderIsAnError) {
+  ControllerOptions options = Options();
+  options.templates.daemon_set = "a: ${UNKNOWN}\n";
+  auto ds = DomainObjectRenderer(options).DaemonSet("u1");
+  ASSERT_FALSE(ds.ok());
+  EXPECT_THAT(ds.status().message(), ::testing::HasSubstr("${UNKNOWN}"));
+}
+
+}  // namespace
+}  // namespace nvdra::computedomain::controller

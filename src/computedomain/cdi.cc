@@ -23,15 +23,15 @@ std::string BaseSpecDeviceId() { return kubeletplugin::QualifiedCdiDeviceName(kC
 CdCdi::CdCdi(CdCdiOptions options) : options_(std::move(options)), writer_(options_.cdi_root) {}
 
 Status CdCdi::WriteBaseSpec() const {
-  gpu::CommonEditsOptions common_options;
+  drivercdi::CommonEditsOptions common_options;
   common_options.roots = options_.roots;
   common_options.driver_version = options_.driver_version;
   common_options.hook_path = options_.hook_path;
-  ASSIGN_OR_RETURN(CdiContainerEdits common, gpu::BuildCommonEdits(common_options));
+  ASSIGN_OR_RETURN(CdiContainerEdits common, drivercdi::BuildCommonEdits(common_options));
 
   // Channel nodes the host already has (management mode lists them).
   const fs::path dev_root =
-      options_.roots.dev_root.empty() ? gpu::DevRootFor(options_.roots.container_driver_root) : options_.roots.dev_root;
+      options_.roots.dev_root.empty() ? drivercdi::DevRootFor(options_.roots.container_driver_root) : options_.roots.dev_root;
   std::error_code ec;
   std::vector<std::string> channels;
   for (const auto& entry : fs::directory_iterator(dev_root / "dev" / kImexChannelsDevice, ec)) {
@@ -47,9 +47,9 @@ Status CdCdi::WriteBaseSpec() const {
 
   kubeletplugin::CdiDevice all;
   all.name = "all";
-  for (unsigned minor : options_.gpu_minors) all.container_edits.Append(gpu::FullGpuEdits(minor, options_.roots));
-  gpu::ToHostPaths(all.container_edits, options_.roots);
-  gpu::ToHostPaths(common, options_.roots);
+  for (unsigned minor : options_.gpu_minors) all.container_edits.Append(drivercdi::FullGpuEdits(minor, options_.roots));
+  drivercdi::ToHostPaths(all.container_edits, options_.roots);
+  drivercdi::ToHostPaths(common, options_.roots);
 
   kubeletplugin::CdiSpec spec;
   spec.kind = kubeletplugin::CdiKind(kCdCdiVendor, kDeviceClass);
@@ -64,7 +64,7 @@ std::string CdCdi::ClaimDeviceId(std::string_view claim_uid, std::string_view de
 
 StatusOr<CdiContainerEdits> CdCdi::ChannelEdits(const std::vector<int>& channel_ids) const {
   ASSIGN_OR_RETURN(const std::int64_t major,
-                   gpu::ReadCharDeviceMajor(options_.proc.devices_file(), kImexChannelsDevice));
+                   drivercdi::ReadCharDeviceMajor(options_.proc.devices_file(), kImexChannelsDevice));
   CdiContainerEdits edits;
   edits.device_nodes.reserve(channel_ids.size());
   for (int id : channel_ids) {
@@ -80,9 +80,9 @@ StatusOr<CdiContainerEdits> CdCdi::ChannelEdits(const std::vector<int>& channel_
 }
 
 StatusOr<CdiContainerEdits> CdCdi::ImexManagementEdits() const {
-  ASSIGN_OR_RETURN(const std::int64_t major, gpu::ReadCharDeviceMajor(options_.proc.devices_file(), "nvidia-caps"));
-  ASSIGN_OR_RETURN(const gpu::NvCapDeviceInfo cap,
-                   gpu::ParseNvCapFile(options_.proc.capabilities_dir() / "fabric-imex-mgmt"));
+  ASSIGN_OR_RETURN(const std::int64_t major, drivercdi::ReadCharDeviceMajor(options_.proc.devices_file(), "nvidia-caps"));
+  ASSIGN_OR_RETURN(const drivercdi::NvCapDeviceInfo cap,
+                   drivercdi::ParseNvCapFile(options_.proc.capabilities_dir() / "fabric-imex-mgmt"));
   CdiDeviceNode node;
   node.path = fmt::format("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
   node.type = "c";

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "gpu/cdi.h"
+#include "drivercdi/driver_edits.h"
 #include "kubeletplugin/cdi_spec.h"
 
 namespace nvdra::computedomain {
@@ -37,11 +37,11 @@ std::string BaseSpecDeviceId();
 
 struct CdCdiOptions {
   std::filesystem::path cdi_root;
-  gpu::DriverRoots roots;      // host and container views of the driver root
+  drivercdi::DriverRoots roots;      // host and container views of the driver root
   std::string driver_version;  // picks the driver libraries
   std::string hook_path;       // nvidia-cdi-hook as the runtime runs it
   std::vector<unsigned> gpu_minors;  // every GPU of the node
-  gpu::ProcPaths proc;         // /proc/devices and the capability files
+  drivercdi::ProcPaths proc;         // /proc/devices and the capability files
 };
 
 // One device of a claim spec.
@@ -54,7 +54,7 @@ class CdCdi {
  public:
   explicit CdCdi(CdCdiOptions options);
 
-  // Writes (replaces) the base spec. Errors of gpu::BuildCommonEdits and of
+  // Writes (replaces) the base spec. Errors of drivercdi::BuildCommonEdits and of
   // the writer.
   [[nodiscard]] common::Status WriteBaseSpec() const;
 

@@ -115,6 +115,11 @@ Status ControllerConfig::Validate(const common::FeatureGates& gates) const {
           ns));
     }
   }
+  if (imex_channel_count < 2 || imex_channel_count > kMaxImexChannelCount) {
+    return InvalidArgumentError(fmt::format("--imex-channel-count: {} is not within 2..{}", imex_channel_count,
+                                            kMaxImexChannelCount));
+  }
+  if (workers < 1) return InvalidArgumentError(fmt::format("--workers: must be positive, got {}", workers));
   if (Status status = kube_client.Validate(); !status.ok()) return status;
   if (Status status = metrics.Validate(); !status.ok()) return status;
   if (Status status = leader_election.Validate(); !status.ok()) return status;
@@ -151,6 +156,16 @@ void AddControllerFlags(CLI::App& app, ControllerConfig& config) {
                          "Comma-separated namespaces, besides --namespace, for daemon DaemonSets")
               ->delimiter(','),
           {"ADDITIONAL_NAMESPACES"});
+  WithEnv(app.add_option("--templates-dir", config.templates_dir,
+                         "Folder with the compute-domain-*.tmpl.yaml templates")
+              ->capture_default_str(),
+          {"TEMPLATES_DIR"});
+  WithEnv(app.add_option("--imex-channel-count", config.imex_channel_count,
+                         "With --imex-isolation=channel: ComputeDomains get channels 1..N-1")
+              ->capture_default_str(),
+          {"IMEX_CHANNEL_COUNT"});
+  WithEnv(app.add_option("--workers", config.workers, "ComputeDomains reconciled in parallel")->capture_default_str(),
+          {"WORKERS"});
   common::AddKubeClientFlags(app, config.kube_client);
   common::AddLeaderElectionFlags(app, config.leader_election);
 }

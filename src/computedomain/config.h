@@ -76,6 +76,12 @@ struct ControllerConfig {
   int max_nodes_per_imex_domain = 18;  // --max-nodes-per-imex-domain (MAX_NODES_PER_IMEX_DOMAIN)
   std::string pprof_path;  // --pprof-path (PPROF_PATH); empty: off
   std::vector<std::string> additional_namespaces;  // --additional-namespaces (ADDITIONAL_NAMESPACES)
+  // Beyond upstream's flags (upstream hard-codes /templates and channel 0):
+  std::string templates_dir = "/templates";  // --templates-dir (TEMPLATES_DIR)
+  // --imex-channel-count (IMEX_CHANNEL_COUNT): with --imex-isolation=channel,
+  // domains get channels 1..N-1; 2..kMaxImexChannelCount.
+  int imex_channel_count = 128;
+  int workers = 4;  // --workers (WORKERS): ComputeDomains reconciled in parallel
 
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
 };

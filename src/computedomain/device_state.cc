@@ -111,7 +111,7 @@ std::vector<api::ConfigKind> CdDeviceState::DefaultConfigKinds() const {
 }
 
 StatusOr<api::ConfigKind> CdDeviceState::ConfigKindOf(const std::string& device) const {
-  if (std::optional<int> id = IdOf(device, kChannelType); id && *id < kMaxImexChannels) {
+  if (std::optional<int> id = IdOf(device, kChannelType); id && *id < kMaxImexChannelCount) {
     return api::ConfigKind::kComputeDomainChannelConfig;
   }
   if (device == "daemon-0") {
@@ -189,7 +189,7 @@ StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> CdDeviceState::Prepare
         std::vector<int> ids;
         if (StringAt(group.config.object, "allocationMode") == "All" && !options_.host_managed &&
             !options_.channel_isolation) {
-          for (int i = 0; i < kMaxImexChannels; ++i) ids.push_back(i);
+          for (int i = 0; i < kMaxImexChannelCount; ++i) ids.push_back(i);
         } else {
           ids.push_back(channel_id);
         }

@@ -59,6 +59,7 @@
 
 #include "common/status.h"
 #include "computedomain/cdi.h"
+#include "computedomain/config.h"
 #include "computedomain/domain_watch.h"
 #include "k8s/client.h"
 #include "kubeletplugin/claim_device_backend.h"
@@ -67,7 +68,6 @@ namespace nvdra::computedomain {
 
 inline constexpr std::string_view kDriverName = "compute-domain.nvidia.com";
 inline constexpr std::string_view kComputeDomainNodeLabel = "resource.nvidia.com/computeDomain";
-inline constexpr int kMaxImexChannels = 2048;  // upstream's hard-coded count
 
 struct CdDeviceStateOptions {
   std::string node_name;
@@ -96,7 +96,7 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
 
   // Upstream's defaults: the daemon config, then the channel config.
   std::vector<api::ConfigKind> DefaultConfigKinds() const override;
-  // channel-<n> (n below 2048): ComputeDomainChannelConfig; daemon-0:
+  // channel-<n> (n below kMaxImexChannelCount): ComputeDomainChannelConfig; daemon-0:
   // ComputeDomainDaemonConfig (kFailedPrecondition with hostManaged).
   common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
   common::StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> PrepareDevices(

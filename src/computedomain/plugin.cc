@@ -12,8 +12,7 @@
 #include "computedomain/cdi.h"
 #include "computedomain/device_state.h"
 #include "computedomain/domain_watch.h"
-#include "gpu/discovery.h"
-#include "gpu/plugin.h"
+#include "drivercdi/hook_install.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "kubeletplugin/boot_id.h"
@@ -67,11 +66,32 @@ PluginEnvironment PluginEnvironmentFromEnv() {
   if (const char* path = std::getenv("NVDRA_IMEX_CTL_PATH"); path != nullptr && *path != '\0') {
     environment.imex_ctl_path = path;
   }
-  environment.proc = gpu::ProcPathsFromEnvironment();
+  environment.proc = drivercdi::ProcPathsFromEnvironment();
   return environment;
 }
 
 namespace {
+
+// The node's GPUs as far as this plugin needs them: the daemon's "all"
+// device carries every GPU's device node.
+struct NodeGpus {
+  std::string driver_version;
+  std::vector<unsigned> minors;
+};
+
+StatusOr<NodeGpus> ReadNodeGpus(const nvml::Library& nvml) {
+  NodeGpus gpus;
+  ASSIGN_OR_RETURN(gpus.driver_version, nvml.DriverVersion());
+  ASSIGN_OR_RETURN(const std::uint32_t count, nvml.DeviceCount());
+  for (std::uint32_t index = 0; index < count; ++index) {
+    StatusOr<nvml::Device> device = nvml.DeviceByIndex(index);
+    if (!device.ok()) return std::move(device).status().WithContext(fmt::format("GPU {}", index));
+    StatusOr<std::uint32_t> minor = device->MinorNumber();
+    if (!minor.ok()) return std::move(minor).status().WithContext(fmt::format("GPU {}: minor number", index));
+    gpus.minors.push_back(*minor);
+  }
+  return gpus;
+}
 
 // Minimum driver for ComputeDomains with IMEX DNS names (upstream).
 constexpr std::string_view kMinDriverForDnsNames = "570.158.01";
@@ -131,9 +151,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
 
   ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root,
                                                      .library_path = std::nullopt}));
-  gpu::DiscoveryOptions discovery;
-  discovery.sysfs_root = environment.sysfs_root;
-  ASSIGN_OR_RETURN(gpu::NodeInventory inventory, gpu::DiscoverDevices(*parts->nvml, discovery));
+  ASSIGN_OR_RETURN(const NodeGpus inventory, ReadNodeGpus(*parts->nvml));
   if (!config.imex.host_managed() && gates.Enabled("IMEXDaemonsWithDNSNames") &&
       VersionParts(inventory.driver_version) < VersionParts(kMinDriverForDnsNames)) {
     return common::FailedPreconditionError(
@@ -143,7 +161,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   parts->clique_options.strict = gates.Enabled("CrashOnNVLinkFabricErrors");
   ASSIGN_OR_RETURN(std::string clique_id, nvml::NodeCliqueId(*parts->nvml, parts->clique_options));
   LOG_INFO(0, "node discovered",
-           {{"gpus", inventory.gpus.size()}, {"cliqueID", clique_id}, {"driverVersion", inventory.driver_version}});
+           {{"gpus", inventory.minors.size()}, {"cliqueID", clique_id}, {"driverVersion", inventory.driver_version}});
 
   const std::filesystem::path plugin_dir =
       std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
@@ -152,9 +170,9 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   cdi_options.roots.host_driver_root = config.plugin.nvidia_driver_root;
   cdi_options.roots.container_driver_root = config.plugin.container_driver_root;
   cdi_options.driver_version = inventory.driver_version;
-  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? gpu::InstallCdiHook(plugin_dir)
+  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? drivercdi::InstallCdiHook(plugin_dir)
                                                                      : config.plugin.nvidia_cdi_hook_path;
-  for (const gpu::GpuInfo& gpu : inventory.gpus) cdi_options.gpu_minors.push_back(gpu.minor);
+  cdi_options.gpu_minors = inventory.minors;
   cdi_options.proc = environment.proc;
   parts->cdi = std::make_unique<CdCdi>(std::move(cdi_options));
   RETURN_IF_ERROR(parts->cdi->WriteBaseSpec());
@@ -170,7 +188,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   state_options.channel_count = config.imex_channel_count;
   state_options.domains_dir = plugin_dir / "domains";
   state_options.daemon_config_template = environment.daemon_config_template;
-  state_options.dev_root = gpu::DevRootFor(config.plugin.container_driver_root);
+  state_options.dev_root = drivercdi::DevRootFor(config.plugin.container_driver_root);
   state_options.imex_host_socket_path = config.imex_host_socket_path;
   state_options.imex_ctl_path = environment.imex_ctl_path;
   parts->device_state = std::make_unique<CdDeviceState>(std::move(state_options), clique_id, *parts->client,

@@ -27,8 +27,9 @@
 
 #include "common/feature_gates.h"
 #include "common/status.h"
+#include "kubeletplugin/plugin_main.h"
 #include "computedomain/config.h"
-#include "gpu/cdi.h"
+#include "drivercdi/driver_edits.h"
 
 namespace nvdra::computedomain {
 
@@ -37,10 +38,9 @@ inline constexpr std::string_view kGpuCliqueNodeLabel = "nvidia.com/gpu.clique";
 // What differs between a real node and a test.
 struct PluginEnvironment {
   std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";  // NVDRA_BOOT_ID_FILE
-  std::filesystem::path sysfs_root = "/sys";
   // NVDRA_CD_DAEMON_CONFIG_TEMPLATE
   std::filesystem::path daemon_config_template = "/templates/compute-domain-daemon-config.tmpl.cfg";
-  gpu::ProcPaths proc;  // ALT_PROC_DEVICES_PATH (upstream's mock switch)
+  drivercdi::ProcPaths proc;  // ALT_PROC_DEVICES_PATH (upstream's mock switch)
   std::chrono::minutes reconcile_interval{10};
   std::chrono::minutes clique_refresh_interval{10};
   // How often a node label whose domain's daemon runs here but no claim
@@ -59,17 +59,17 @@ struct PluginEnvironment {
 // Reads the environment variables named above.
 PluginEnvironment PluginEnvironmentFromEnv();
 
-class ComputeDomainKubeletPlugin {
+class ComputeDomainKubeletPlugin final : public kubeletplugin::RunningPlugin {
  public:
   static common::StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> Start(const PluginConfig& config,
                                                                              const common::FeatureGates& gates,
                                                                              const PluginEnvironment& environment);
-  ~ComputeDomainKubeletPlugin();
+  ~ComputeDomainKubeletPlugin() override;
   ComputeDomainKubeletPlugin(const ComputeDomainKubeletPlugin&) = delete;
   ComputeDomainKubeletPlugin& operator=(const ComputeDomainKubeletPlugin&) = delete;
 
   // Periodic clique-id refresh and reconciliation until `stop`.
-  void Run(std::stop_token stop);
+  void Run(std::stop_token stop) override;
 
  private:
   struct Parts;

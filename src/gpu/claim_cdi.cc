@@ -9,21 +9,21 @@ namespace nvdra::gpu {
 using common::Status;
 using common::StatusOr;
 
-GpuCdi::GpuCdi(GpuCdiOptions options, DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits)
+GpuCdi::GpuCdi(GpuCdiOptions options, drivercdi::DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits)
     : options_(std::move(options)),
       roots_(std::move(roots)),
       common_edits_(std::move(common_edits)),
       writer_(options_.cdi_root) {}
 
 StatusOr<std::unique_ptr<GpuCdi>> GpuCdi::Create(GpuCdiOptions options) {
-  DriverRoots roots;
+  drivercdi::DriverRoots roots;
   roots.container_driver_root = options.container_driver_root;
   roots.host_driver_root = options.driver_root;
-  CommonEditsOptions common_options;
+  drivercdi::CommonEditsOptions common_options;
   common_options.roots = roots;
   common_options.driver_version = options.driver_version;
   common_options.hook_path = options.hook_path;
-  ASSIGN_OR_RETURN(kubeletplugin::CdiContainerEdits common_edits, BuildCommonEdits(common_options));
+  ASSIGN_OR_RETURN(kubeletplugin::CdiContainerEdits common_edits, drivercdi::BuildCommonEdits(common_options));
   return std::unique_ptr<GpuCdi>(new GpuCdi(std::move(options), std::move(roots), std::move(common_edits)));
 }
 
@@ -32,24 +32,25 @@ std::string GpuCdi::ClaimDeviceId(const std::string& claim_uid, const std::strin
 }
 
 Status GpuCdi::WriteClaimSpec(const std::string& claim_uid, const std::vector<ClaimDevice>& devices) const {
-  std::vector<ClaimCdiDevice> spec_devices;
+  std::vector<drivercdi::ClaimCdiDevice> spec_devices;
   for (const ClaimDevice& device : devices) {
-    ClaimCdiDevice entry;
+    drivercdi::ClaimCdiDevice entry;
     entry.canonical_name = device.name;
     ASSIGN_OR_RETURN(entry.edits,
                      std::visit(common::Overloaded{
                                     [&](const FullGpuDevice& gpu) -> StatusOr<kubeletplugin::CdiContainerEdits> {
-                                      return FullGpuEdits(gpu.gpu.minor, roots_);
+                                      return drivercdi::FullGpuEdits(gpu.gpu.minor, roots_);
                                     },
                                     [&](const MigSliceDevice& slice) {
-                                      return MigDeviceEdits(slice.parent.minor, slice.mig.gi_id, slice.mig.ci_id,
+                                      return drivercdi::MigDeviceEdits(slice.parent.minor, slice.mig.gi_id, slice.mig.ci_id,
                                                             roots_, options_.proc);
                                     },
                                 },
                                 device.kind));
     spec_devices.push_back(std::move(entry));
   }
-  const kubeletplugin::CdiSpec spec = BuildClaimSpec(claim_uid, common_edits_, spec_devices, roots_);
+  const kubeletplugin::CdiSpec spec =
+      drivercdi::BuildClaimSpec(kGpuCdiVendor, claim_uid, common_edits_, spec_devices, roots_);
   return writer_.Write(spec, kubeletplugin::ClaimCdiSpecFileName(kGpuCdiVendor, claim_uid));
 }
 

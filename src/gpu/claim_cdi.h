@@ -4,7 +4,7 @@
 // <cdi-root>/k8s.gpu.nvidia.com-claim_<claimUID>.yaml, with the driver's
 // common edits (libraries, binaries, control nodes, hooks; computed once at
 // start-up from the driver root) and each device's nodes. Built from the
-// pure functions of gpu/cdi.h and kubeletplugin/cdi_spec.h.
+// pure functions of drivercdi/driver_edits.h and kubeletplugin/cdi_spec.h.
 //
 // Ownership: owns the writer and the cached common edits.
 // Thread-safety: const methods are thread-safe (each write is an atomic
@@ -18,11 +18,14 @@
 #include <vector>
 
 #include "common/status.h"
-#include "gpu/cdi.h"
+#include "drivercdi/driver_edits.h"
 #include "gpu/discovery.h"
 #include "kubeletplugin/cdi_spec.h"
 
 namespace nvdra::gpu {
+
+// "k8s.gpu.nvidia.com": the vendor of the GPU plugin's claim specs.
+inline constexpr std::string_view kGpuCdiVendor = "k8s.gpu.nvidia.com";
 
 struct GpuCdiOptions {
   std::filesystem::path cdi_root;                // --cdi-root
@@ -30,7 +33,7 @@ struct GpuCdiOptions {
   std::filesystem::path container_driver_root;   // --container-driver-root: this process' view
   std::string driver_version;                    // from NVML, picks the libraries
   std::string hook_path;                         // nvidia-cdi-hook as the runtime runs it
-  ProcPaths proc = ProcPathsFromEnvironment();   // /proc/devices, MIG capabilities
+  drivercdi::ProcPaths proc = drivercdi::ProcPathsFromEnvironment();   // /proc/devices, MIG capabilities
 };
 
 // A full GPU of this node.
@@ -76,10 +79,10 @@ class GpuCdi {
   const kubeletplugin::CdiContainerEdits& common_edits() const { return common_edits_; }
 
  private:
-  GpuCdi(GpuCdiOptions options, DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits);
+  GpuCdi(GpuCdiOptions options, drivercdi::DriverRoots roots, kubeletplugin::CdiContainerEdits common_edits);
 
   const GpuCdiOptions options_;
-  const DriverRoots roots_;
+  const drivercdi::DriverRoots roots_;
   const kubeletplugin::CdiContainerEdits common_edits_;
   const kubeletplugin::CdiSpecWriter writer_;
 };

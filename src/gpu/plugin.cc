@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "drivercdi/hook_install.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
@@ -71,32 +72,6 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
 // Upstream's layout: without --nvidia-cdi-hook-path, the hook binary is copied
 // into the plugin's folder, a host path the container runtime can run. Ours
 // ships next to the plugin binary (or in /usr/bin, as in upstream's image).
-std::string InstallCdiHook(const std::filesystem::path& plugin_dir) {
-  const std::filesystem::path target = plugin_dir / "nvidia-cdi-hook";
-  std::error_code ec;
-  std::vector<std::filesystem::path> candidates;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(self.parent_path() / "nvidia-cdi-hook");
-  candidates.emplace_back("/usr/bin/nvidia-cdi-hook");
-  for (const auto& source : candidates) {
-    if (!std::filesystem::is_regular_file(source, ec)) continue;
-    std::filesystem::create_directories(plugin_dir, ec);
-    const std::filesystem::path temp = plugin_dir / ".nvidia-cdi-hook.tmp";
-    std::filesystem::copy_file(source, temp, std::filesystem::copy_options::overwrite_existing, ec);
-    if (!ec) std::filesystem::rename(temp, target, ec);
-    if (ec) {
-      LOG_ERROR("cannot install nvidia-cdi-hook", {{"from", source.string()}, {"err", ec.message()}});
-    } else {
-      LOG_INFO(2, "installed nvidia-cdi-hook", {{"from", source.string()}, {"to", target.string()}});
-    }
-    return target.string();
-  }
-  LOG_INFO(0, "no nvidia-cdi-hook binary found next to the plugin or in /usr/bin; CDI hooks will name a missing file",
-           {{"path", target.string()}});
-  return target.string();
-}
-
-
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
 GpuKubeletPlugin::~GpuKubeletPlugin() {
@@ -149,7 +124,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   cdi_options.driver_root = config.plugin.nvidia_driver_root;
   cdi_options.container_driver_root = config.plugin.container_driver_root;
   cdi_options.driver_version = inventory.driver_version;
-  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? InstallCdiHook(plugin_dir)
+  cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? drivercdi::InstallCdiHook(plugin_dir)
                                                                      : config.plugin.nvidia_cdi_hook_path;
   ASSIGN_OR_RETURN(parts->cdi, GpuCdi::Create(cdi_options));
   parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi);

@@ -18,6 +18,7 @@
 
 #include "common/feature_gates.h"
 #include "common/status.h"
+#include "kubeletplugin/plugin_main.h"
 #include "gpu/config.h"
 
 namespace nvdra::gpu {
@@ -33,24 +34,18 @@ struct PluginEnvironment {
 // Reads the environment variables that tests use (NVDRA_BOOT_ID_FILE).
 PluginEnvironment PluginEnvironmentFromEnv();
 
-// Copies nvidia-cdi-hook (found next to this binary, or in /usr/bin) into
-// `plugin_dir` and returns the copy's path, which the CDI specs name when
-// --nvidia-cdi-hook-path is empty (upstream's layout; both plugins use it).
-// Failures are logged; the path is returned anyway.
-std::string InstallCdiHook(const std::filesystem::path& plugin_dir);
-
-class GpuKubeletPlugin {
+class GpuKubeletPlugin final : public kubeletplugin::RunningPlugin {
  public:
   static common::StatusOr<std::unique_ptr<GpuKubeletPlugin>> Start(const PluginConfig& config,
                                                                    const common::FeatureGates& gates,
                                                                    const PluginEnvironment& environment);
-  ~GpuKubeletPlugin();
+  ~GpuKubeletPlugin() override;
   GpuKubeletPlugin(const GpuKubeletPlugin&) = delete;
   GpuKubeletPlugin& operator=(const GpuKubeletPlugin&) = delete;
 
   // Reconciles checkpointed claims with the API server every
   // reconcile_interval until `stop`.
-  void Run(std::stop_token stop);
+  void Run(std::stop_token stop) override;
 
  private:
   struct Parts;

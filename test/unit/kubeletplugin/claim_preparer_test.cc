@@ -109,6 +109,9 @@ class FakeBackend final : public ClaimDeviceBackend {
       next_prepare_failures.erase(next_prepare_failures.begin());
       return failure;
     }
+    // The points where the real backends write their CDI spec (the device
+    // side effect this fake stands for).
+    common::CrashPoint("prepare-before-cdi-write");
     std::vector<PreparedDeviceGroup> groups;
     for (const api::ConfiguredResults& configured : claim.groups) {
       PreparedDeviceGroup group{.devices = {}, .config_state = GpuConfigState{}};
@@ -125,6 +128,7 @@ class FakeBackend final : public ClaimDeviceBackend {
       }
       groups.push_back(std::move(group));
     }
+    common::CrashPoint("prepare-after-cdi-write");
     if (prepared_hook) prepared_hook(claim.ref.uid);
     return groups;
   }
@@ -562,6 +566,7 @@ TEST_P(ClaimPreparerCrashTest, PrepareCrashConvergesAfterRestartWithNothingLeake
 
 INSTANTIATE_TEST_SUITE_P(EveryPreparePoint, ClaimPreparerCrashTest,
                          ::testing::Values("prepare-before-started-checkpoint", "prepare-after-started-checkpoint",
+                                           "prepare-before-cdi-write", "prepare-after-cdi-write",
                                            "prepare-after-devices", "prepare-after-completed-checkpoint"),
                          [](const auto& point) {
                            std::string name = point.param;

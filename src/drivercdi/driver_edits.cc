@@ -1,4 +1,4 @@
-#include "gpu/cdi.h"
+#include "drivercdi/driver_edits.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 #include "common/unique_fd.h"
 
-namespace nvdra::gpu {
+namespace nvdra::drivercdi {
 
 namespace fs = std::filesystem;
 using common::Status;
@@ -548,11 +548,12 @@ void ToHostPaths(CdiContainerEdits& edits, const DriverRoots& roots) {
   }
 }
 
-kubeletplugin::CdiSpec BuildClaimSpec(std::string_view claim_uid, const CdiContainerEdits& common,
+kubeletplugin::CdiSpec BuildClaimSpec(std::string_view vendor, std::string_view claim_uid,
+                                      const CdiContainerEdits& common,
                                       const std::vector<ClaimCdiDevice>& devices,
                                       const DriverRoots& roots) {
   kubeletplugin::CdiSpec spec;
-  spec.kind = kubeletplugin::CdiKind(kGpuCdiVendor, kubeletplugin::kCdiClaimClass);
+  spec.kind = kubeletplugin::CdiKind(vendor, kubeletplugin::kCdiClaimClass);
   spec.container_edits = common;
   ToHostPaths(spec.container_edits, roots);
   for (const auto& d : devices) {
@@ -565,4 +566,4 @@ kubeletplugin::CdiSpec BuildClaimSpec(std::string_view claim_uid, const CdiConta
   return spec;
 }
 
-}  // namespace nvdra::gpu
+}  // namespace nvdra::drivercdi

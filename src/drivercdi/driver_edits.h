@@ -1,10 +1,12 @@
 #pragma once
 
-// The GPU plugin's CDI content: the edits every GPU claim gets (driver files,
-// control device nodes, hooks; what nvidia-container-toolkit's nvcdi
-// GetCommonEdits gives in "nvml" mode with nvsandboxutils off), the edits of
-// one full GPU or MIG device, and the per-claim spec that combines them with
-// host paths (upstream's transform-root step).
+// The CDI edits of the NVIDIA driver installation that both kubelet plugins
+// inject: the edits every claim gets (driver files, control device nodes,
+// hooks; what nvidia-container-toolkit's nvcdi GetCommonEdits gives in "nvml"
+// mode with nvsandboxutils off), the edits of one full GPU or MIG device,
+// the nvidia-caps capability files and /proc/devices majors they are built
+// from, and the per-claim spec that combines them with host paths
+// (upstream's transform-root step).
 //
 // All functions are pure functions of their arguments and the file system
 // below the roots they are given; nothing here reads the environment except
@@ -20,10 +22,7 @@
 #include "common/status.h"
 #include "kubeletplugin/cdi_spec.h"
 
-namespace nvdra::gpu {
-
-// "k8s.gpu.nvidia.com": the vendor of the GPU plugin's claim specs.
-inline constexpr std::string_view kGpuCdiVendor = "k8s.gpu.nvidia.com";
+namespace nvdra::drivercdi {
 
 // How the driver installation is seen from this process and from the host.
 struct DriverRoots {
@@ -137,12 +136,12 @@ struct ClaimCdiDevice {
   kubeletplugin::CdiContainerEdits edits;
 };
 
-// The claim's spec: kind k8s.gpu.nvidia.com/claim, devices "<claimUID>-<name>",
+// The claim's spec: kind <vendor>/claim, devices "<claimUID>-<name>",
 // `common` as the spec-level edits, every path moved to the host's view. The
 // version is left empty (the minimum is written).
-kubeletplugin::CdiSpec BuildClaimSpec(std::string_view claim_uid,
+kubeletplugin::CdiSpec BuildClaimSpec(std::string_view vendor, std::string_view claim_uid,
                                       const kubeletplugin::CdiContainerEdits& common,
                                       const std::vector<ClaimCdiDevice>& devices,
                                       const DriverRoots& roots);
 
-}  // namespace nvdra::gpu
+}  // namespace nvdra::drivercdi

@@ -1,4 +1,4 @@
-#include "gpu/cdi.h"
+#include "drivercdi/driver_edits.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include "scoped_env.h"
 
-namespace nvdra::gpu {
+namespace nvdra::drivercdi {
 namespace {
 namespace testing = ::nvdra::testing;
 
@@ -130,7 +130,7 @@ TEST(GpuCdi, FullGpuClaimSpecMatchesGolden) {
   const MockDriverRoot& root = SharedRoot();
   ASSERT_TRUE(root.ok());
   const auto roots = root.Roots("/run/nvidia/driver");
-  const auto spec = BuildClaimSpec("0b7c-uid", CommonEdits(root, "/run/nvidia/driver"),
+  const auto spec = BuildClaimSpec("k8s.gpu.nvidia.com", "0b7c-uid", CommonEdits(root, "/run/nvidia/driver"),
                                    {{"gpu-1", FullGpuEdits(1, roots)}}, roots);
   const json expected = {
       {"cdiVersion", "0.5.0"},
@@ -152,7 +152,7 @@ TEST(GpuCdi, MigClaimSpecMatchesGolden) {
   const auto roots = root.Roots("/run/nvidia/driver");
   auto mig = MigDeviceEdits(0, 1, 0, roots, root.Proc());
   ASSERT_TRUE(mig.ok()) << mig.status();
-  const auto spec = BuildClaimSpec("0b7c-uid", CommonEdits(root, "/run/nvidia/driver"),
+  const auto spec = BuildClaimSpec("k8s.gpu.nvidia.com", "0b7c-uid", CommonEdits(root, "/run/nvidia/driver"),
                                    {{"gpu-0-mig-1g5gb-1-0", *mig}}, roots);
   // GI 1 of GPU 0: minor 3 + 0*135 + 1*9 = 12; its CI 0: 13. nvidia-caps is 235.
   const json cap12 = {{"path", "/dev/nvidia-caps/nvidia-cap12"},
@@ -182,7 +182,7 @@ TEST(GpuCdi, HostDriverRootSlashGivesPlainPaths) {
   const MockDriverRoot& root = SharedRoot();
   ASSERT_TRUE(root.ok());
   const auto roots = root.Roots("/");
-  const auto spec = BuildClaimSpec("u", CommonEdits(root, "/"), {{"gpu-0", FullGpuEdits(0, roots)}},
+  const auto spec = BuildClaimSpec("k8s.gpu.nvidia.com", "u", CommonEdits(root, "/"), {{"gpu-0", FullGpuEdits(0, roots)}},
                                    roots);
   const json j = kubeletplugin::CdiSpecToJson(spec);
   EXPECT_EQ(j["containerEdits"], ExpectedCommonEdits("")) << j.dump(2);
@@ -264,4 +264,4 @@ TEST(GpuCdi, AltProcDevicesPathFromEnvironment) {
 }
 
 }  // namespace
-}  // namespace nvdra::gpu
+}  // namespace nvdra::drivercdi

@@ -75,6 +75,10 @@ class ClaimPreparer::RequestRecord {
     if (metrics_ == nullptr || !ok) return std::nullopt;
     return metrics_->TrackInFlight(operation_);
   }
+  // The driver's part failed before the locks were taken (the claim's
+  // configs do not resolve or validate): upstream decodes configs inside its
+  // device preparation, so this counts as prepare_devices too.
+  void FailedBeforeLock() { tried_lock_ = true; }
   void Succeeded() {
     succeeded_ = true;
     if (metrics_ != nullptr) metrics_->ObserveSuccess(operation_, std::chrono::steady_clock::now() - start_);
@@ -156,6 +160,14 @@ Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint
   return fn(checkpoint);
 }
 
+StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, const ordered_json& status) const {
+  ASSIGN_OR_RETURN(ClaimView view, ResolveClaimView(ref, status, options_.driver_name, backend_));
+  for (const api::ConfiguredResults& group : view.groups) {
+    RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source));
+  }
+  return view;
+}
+
 RecordedClaim ClaimPreparer::Recorded(const std::string& uid, const CheckpointedClaim& entry) const {
   const ClaimRef ref{.uid = uid, .name = entry.name, .ns = entry.ns};
   StatusOr<ClaimView> view = common::FailedPreconditionError("the entry records no allocation");
@@ -221,14 +233,14 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
   if (!Member(status, "allocation").is_object()) {
     return fail(common::FailedPreconditionError("the claim is not allocated"));
   }
-  StatusOr<ClaimView> view = ResolveClaimView(ref, status, options_.driver_name, backend_);
-  if (!view.ok()) return fail(view.status());
-  for (const api::ConfiguredResults& group : view->groups) {
-    if (Status valid = api::ValidateConfig(group.config, group.source); !valid.ok()) return fail(valid);
+  RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
+  StatusOr<ClaimView> view = ResolveValidatedView(ref, status);
+  if (!view.ok()) {
+    record.FailedBeforeLock();
+    return fail(view.status());
   }
 
   const auto deadline = options_.clock->Now() + options_.ready_wait;
-  RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
   while (true) {
     StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(*view, status, record);
     if (devices.ok()) {

@@ -158,6 +158,8 @@ class ClaimPreparer final : public DraDriver {
   common::Status UnprepareOne(const std::string& uid, RequestRecord& record);
   // Writes the checkpoint, then recomputes the prepared-devices metric from it.
   common::Status StoreCheckpoint(const Checkpoint& checkpoint) const;
+  // The claim's allocation resolved to its configs, each validated.
+  common::StatusOr<ClaimView> ResolveValidatedView(const ClaimRef& ref, const nlohmann::ordered_json& status) const;
   // The entry with its allocation resolved again, for the backend.
   RecordedClaim Recorded(const std::string& uid, const CheckpointedClaim& entry) const;
 

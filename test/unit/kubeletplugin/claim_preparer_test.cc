@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "common/crash_point.h"
+#include "common/metrics.h"
 #include "kubeletplugin/checkpoint_store.h"
+#include "kubeletplugin/plugin_metrics.h"
 
 namespace nvdra::kubeletplugin {
 namespace {
@@ -328,6 +330,34 @@ TEST_F(ClaimPreparerTest, RefusedConfigFailsWithoutTouchingTheCheckpoint) {
   EXPECT_THAT(result.error, HasSubstr("bogus"));
   EXPECT_EQ(backend_.prepare_calls, 0);
   EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuccessesOnly) {
+  common::MetricsRegistry registry;
+  PluginMetrics metrics(registry, kDriver, "node-a", {"gpu", "mig"});
+  ClaimPreparerOptions options = Options();
+  options.metrics = &metrics;
+  auto preparer = ClaimPreparer::Create(options, claims_, backend_);
+  ASSERT_TRUE(preparer.ok()) << preparer.status();
+  const ordered_json good = Claim("uid-1", "c1", {"gpu-0"});
+  const ordered_json refused = Claim(
+      "uid-2", "c2", {"gpu-1"},
+      ordered_json::array({{{"source", "FromClaim"},
+                            {"requests", {"req"}},
+                            {"opaque",
+                             {{"driver", kDriver},
+                              {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"},
+                                              {"sharing", {{"stratgy", "MPS"}}}}}}}}}));
+  claims_.Put(good);
+  claims_.Put(refused);
+  ASSERT_EQ(Prepare(**preparer, good).error, "");
+  ASSERT_NE(Prepare(**preparer, refused).error, "");
+  const std::string text = registry.Render();
+  EXPECT_THAT(text, HasSubstr("nvidia_dra_requests_total{driver=\"gpu.nvidia.com\",operation=\"prepare\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("nvidia_dra_node_prepare_errors_total{driver=\"gpu.nvidia.com\","
+                              "error_type=\"prepare_devices\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("nvidia_dra_prepared_devices{device_type=\"gpu\",driver=\"gpu.nvidia.com\","
+                              "node=\"node-a\"} 1\n"));
 }
 
 TEST_F(ClaimPreparerTest, UnknownDeviceUidMismatchAndNoAllocationFailClearly) {

@@ -7,8 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
+
 namespace nvdra::api {
 
+using common::JsonBool;
+using common::JsonMember;
+using common::JsonString;
+using common::JsonStrings;
 using common::Status;
 using common::StatusOr;
 using nlohmann::json;
@@ -119,11 +125,6 @@ const std::map<std::string, ConfigKind, std::less<>>& KindsByName() {
   return *kinds;
 }
 
-std::string StringField(const json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 }  // namespace
 
 std::string_view ConfigKindName(ConfigKind kind) {
@@ -142,8 +143,8 @@ StatusOr<OpaqueConfig> DecodeOpaqueConfig(const json& parameters, std::string_vi
     return common::InvalidArgumentError(
         fmt::format("{}: must be an object with apiVersion and kind, not {}", where, parameters.type_name()));
   }
-  const std::string api_version = StringField(parameters, "apiVersion");
-  const std::string kind_name = StringField(parameters, "kind");
+  const std::string api_version = JsonString(parameters, "apiVersion");
+  const std::string kind_name = JsonString(parameters, "kind");
   if (api_version != kGroupVersion) {
     return common::InvalidArgumentError(fmt::format(
         "{}.apiVersion: \"{}\" is not supported; use \"{}\"", where, api_version, kGroupVersion));
@@ -166,7 +167,7 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where) {
     case ConfigKind::kMigDeviceConfig: {
       auto sharing = object.find("sharing");
       if (sharing == object.end() || sharing->is_null()) return common::OkStatus();
-      const std::string strategy = StringField(*sharing, "strategy");
+      const std::string strategy = JsonString(*sharing, "strategy");
       if (strategy != "TimeSlicing" && strategy != "MPS") {
         return common::InvalidArgumentError(fmt::format(
             "{}.sharing.strategy: unknown strategy \"{}\"; use TimeSlicing or MPS, or leave sharing out for "
@@ -182,10 +183,10 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where) {
       return common::UnimplementedError(
           fmt::format("{}: VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet", where));
     case ConfigKind::kComputeDomainChannelConfig: {
-      if (StringField(object, "domainID").empty()) {
+      if (JsonString(object, "domainID").empty()) {
         return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
       }
-      const std::string mode = StringField(object, "allocationMode");
+      const std::string mode = JsonString(object, "allocationMode");
       if (!mode.empty() && mode != "Single" && mode != "All") {
         return common::InvalidArgumentError(
             fmt::format("{}.allocationMode: \"{}\" is not one of Single, All", where, mode));
@@ -193,7 +194,7 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where) {
       return common::OkStatus();
     }
     case ConfigKind::kComputeDomainDaemonConfig:
-      if (StringField(object, "domainID").empty()) {
+      if (JsonString(object, "domainID").empty()) {
         return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
       }
       return common::OkStatus();
@@ -223,7 +224,7 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
     std::size_t index_in_source = 0;
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const json& entry = configs[i];
-      if (StringField(entry, "source") != wanted_source) continue;
+      if (JsonString(entry, "source") != wanted_source) continue;
       const std::string where = fmt::format(
           "{} config[{}].opaque.parameters",
           std::string_view(wanted_source) == "FromClass" ? "device class" : "claim", index_in_source++);
@@ -232,16 +233,9 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
         return common::InvalidArgumentError(
             fmt::format("allocation config[{}]: only opaque configurations are supported", i));
       }
-      if (StringField(*opaque, "driver") != driver) continue;
-      const json parameters = opaque->contains("parameters") ? (*opaque)["parameters"] : json();
-      ASSIGN_OR_RETURN(OpaqueConfig config, DecodeOpaqueConfig(parameters, where));
-      std::vector<std::string> requests;
-      if (auto r = entry.find("requests"); r != entry.end() && r->is_array()) {
-        for (const json& name : *r) {
-          if (name.is_string()) requests.push_back(name.get<std::string>());
-        }
-      }
-      entries.push_back(Entry{std::move(requests), std::move(config), where});
+      if (JsonString(*opaque, "driver") != driver) continue;
+      ASSIGN_OR_RETURN(OpaqueConfig config, DecodeOpaqueConfig(JsonMember(*opaque, "parameters"), where));
+      entries.push_back(Entry{JsonStrings(entry, {"requests"}), std::move(config), where});
     }
   }
 
@@ -251,9 +245,9 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
                             ? allocation_devices["results"]
                             : empty;
   for (const json& result : results) {
-    if (StringField(result, "driver") != driver) continue;
-    const std::string device = StringField(result, "device");
-    const std::string request = StringField(result, "request");
+    if (JsonString(result, "driver") != driver) continue;
+    const std::string device = JsonString(result, "device");
+    const std::string request = JsonString(result, "request");
     ASSIGN_OR_RETURN(ConfigKind device_kind, kind_of_device(device));
     std::optional<std::size_t> chosen;
     for (std::size_t i = entries.size(); i-- > 0;) {
@@ -279,11 +273,8 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
     auto [it, inserted] = group_of_entry.try_emplace(*chosen, grouped.size());
     if (inserted) grouped.push_back(ConfiguredResults{entries[*chosen].config, entries[*chosen].source, {}});
     AllocatedDevice allocated{
-        .request = request, .pool = StringField(result, "pool"), .device = device, .admin_access = false,
-        .share_id = std::nullopt};
-    if (auto admin = result.find("adminAccess"); admin != result.end() && admin->is_boolean()) {
-      allocated.admin_access = admin->get<bool>();
-    }
+        .request = request, .pool = JsonString(result, "pool"), .device = device,
+        .admin_access = JsonBool(result, {"adminAccess"}), .share_id = std::nullopt};
     if (auto share = result.find("shareID"); share != result.end() && share->is_string()) {
       allocated.share_id = share->get<std::string>();
     }

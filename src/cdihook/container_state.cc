@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
+
 namespace nvdra::cdihook {
 namespace fs = std::filesystem;
 using common::StatusOr;
@@ -27,32 +29,31 @@ StatusOr<nlohmann::json> ParseJsonObject(std::istream& in, std::string_view what
   return doc;
 }
 
-// The string at doc[key], or kInvalidArgument naming `what` and `field`.
-StatusOr<std::string> StringField(const nlohmann::json& doc, std::string_view key,
-                                  std::string_view what, std::string_view field) {
-  const auto it = doc.find(key);
-  if (it == doc.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
-    return common::InvalidArgumentError(fmt::format("{}: {} is missing or empty", what, field));
-  }
-  return it->get<std::string>();
+// The non-empty string at doc[key], or kInvalidArgument naming `what` and
+// `field`.
+StatusOr<std::string> RequiredString(const nlohmann::json& doc, std::string_view key, std::string_view what,
+                                     std::string_view field) {
+  std::string value = common::JsonString(doc, key);
+  if (value.empty()) return common::InvalidArgumentError(fmt::format("{}: {} is missing or empty", what, field));
+  return value;
 }
 
 }  // namespace
 
 StatusOr<fs::path> ContainerRootFromState(std::istream& state) {
   ASSIGN_OR_RETURN(const nlohmann::json doc, ParseJsonObject(state, "container state"));
-  ASSIGN_OR_RETURN(const std::string bundle, StringField(doc, "bundle", "container state", "bundle"));
+  ASSIGN_OR_RETURN(const std::string bundle, RequiredString(doc, "bundle", "container state", "bundle"));
 
   const fs::path config_path = fs::path(bundle) / "config.json";
   std::ifstream config_file(config_path);
   if (!config_file) return common::ErrnoToStatus(errno, fmt::format("open {}", config_path.string()));
   const std::string what = config_path.string();
   ASSIGN_OR_RETURN(const nlohmann::json config, ParseJsonObject(config_file, what));
-  const auto root = config.find("root");
-  if (root == config.end() || !root->is_object()) {
+  const nlohmann::json* root = common::JsonFind(config, "root");
+  if (root == nullptr || !root->is_object()) {
     return common::InvalidArgumentError(fmt::format("{}: root is missing", what));
   }
-  ASSIGN_OR_RETURN(const std::string root_path, StringField(*root, "path", what, "root.path"));
+  ASSIGN_OR_RETURN(const std::string root_path, RequiredString(*root, "path", what, "root.path"));
 
   fs::path container_root = fs::path(root_path).is_absolute() ? fs::path(root_path)
                                                               : fs::path(bundle) / root_path;

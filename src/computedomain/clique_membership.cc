@@ -4,18 +4,15 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 
 namespace nvdra::computedomain {
 namespace {
 
+using common::JsonString;
 using common::Status;
 using nlohmann::json;
-
-std::string StringField(const json& object, const char* key) {
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // How often RemoveEntry re-reads after a failed test before giving up.
 constexpr int kRemoveAttempts = 5;
@@ -45,11 +42,11 @@ std::vector<CliqueMember> CliqueMembers(const json& object, MembershipStore stor
   for (const json& entry : *daemons) {
     if (!entry.is_object()) continue;
     CliqueMember member;
-    member.node_name = StringField(entry, KeyField(store));
+    member.node_name = JsonString(entry, KeyField(store));
     if (member.node_name.empty()) continue;
-    member.ip_address = StringField(entry, "ipAddress");
-    member.clique_id = StringField(entry, "cliqueID");
-    member.status = StringField(entry, "status");
+    member.ip_address = JsonString(entry, "ipAddress");
+    member.clique_id = JsonString(entry, "cliqueID");
+    member.status = JsonString(entry, "status");
     if (auto index = entry.find("index"); index != entry.end() && index->is_number_integer()) {
       member.index = index->get<std::int64_t>();
     }
@@ -131,8 +128,8 @@ Status CliqueMembership::Leave(std::stop_token stop) {
     std::optional<size_t> position;
     for (size_t i = 0; daemons != nullptr && daemons->is_array() && i < daemons->size(); ++i) {
       const json& entry = (*daemons)[i];
-      if (entry.is_object() && StringField(entry, KeyField(store_)) == identity_.node_name &&
-          StringField(entry, "ipAddress") == identity_.pod_ip) {
+      if (entry.is_object() && JsonString(entry, KeyField(store_)) == identity_.node_name &&
+          JsonString(entry, "ipAddress") == identity_.pod_ip) {
         position = i;
         break;
       }

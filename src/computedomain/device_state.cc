@@ -13,26 +13,21 @@
 #include "api/opaque_config.h"
 #include "common/child_process.h"
 #include "common/crash_point.h"
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
 
 namespace nvdra::computedomain {
 
 namespace fs = std::filesystem;
+using common::JsonString;
 using common::Status;
 using common::StatusOr;
-using nlohmann::json;
 
 namespace {
 
 constexpr std::string_view kChannelType = "channel";
 constexpr std::string_view kDaemonType = "daemon";
-
-std::string StringAt(const json& object, const char* key) {
-  if (!object.is_object()) return "";
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
 
 // "channel-7" -> 7 (type "channel"); nullopt for anything else.
 std::optional<int> IdOf(std::string_view device, std::string_view type) {
@@ -55,7 +50,7 @@ kubeletplugin::CheckpointedDevice Checkpointed(const api::AllocatedDevice& alloc
           .metadata = nullptr};
 }
 
-std::string DomainIdOf(const api::OpaqueConfig& config) { return StringAt(config.object, "domainID"); }
+std::string DomainIdOf(const api::OpaqueConfig& config) { return JsonString(config.object, "domainID"); }
 
 std::string DomainString(const k8s::ComputeDomain& cd) {
   return fmt::format("{}/{} ({})", cd.namespace_name(), cd.name(), cd.uid());
@@ -64,12 +59,8 @@ std::string DomainString(const k8s::ComputeDomain& cd) {
 // status.imexChannelID, the controller's per-domain channel in channel
 // isolation; nullopt while absent (or not a non-negative integer).
 std::optional<std::int64_t> ImexChannelIdOf(const k8s::ComputeDomain& cd) {
-  const json& object = cd.json();
-  auto status = object.find("status");
-  if (status == object.end() || !status->is_object()) return std::nullopt;
-  auto id = status->find("imexChannelID");
-  if (id == status->end() || !id->is_number_integer() || id->get<std::int64_t>() < 0) return std::nullopt;
-  return id->get<std::int64_t>();
+  std::optional<std::int64_t> id = cd.imex_channel_id();
+  return id && *id >= 0 ? id : std::nullopt;
 }
 
 // Upstream's search paths for nvidia-imex-ctl inside the dev root.
@@ -187,7 +178,7 @@ StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> CdDeviceState::Prepare
       if (!clique.empty()) {
         if (options_.host_managed) RETURN_IF_ERROR(CheckHostImexReady());
         std::vector<int> ids;
-        if (StringAt(group.config.object, "allocationMode") == "All" && !options_.host_managed &&
+        if (JsonString(group.config.object, "allocationMode") == "All" && !options_.host_managed &&
             !options_.channel_isolation) {
           for (int i = 0; i < kMaxImexChannelCount; ++i) ids.push_back(i);
         } else {

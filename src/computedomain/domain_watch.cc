@@ -8,13 +8,15 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
-#include "k8s/objects/object.h"
 #include "k8s/rest_list_watch.h"
 
 namespace nvdra::computedomain {
 
+using common::JsonFind;
+using common::JsonString;
 using common::StatusOr;
 
 namespace {
@@ -25,13 +27,18 @@ constexpr char kReady[] = "Ready";
 std::vector<k8s::cache::Indexer> IndexersWithUid() {
   std::vector<k8s::cache::Indexer> indexers = k8s::cache::DefaultIndexers();
   indexers.push_back({kUidIndex, [](const nlohmann::json& object) -> std::vector<std::string> {
-                        auto metadata = object.find("metadata");
-                        if (metadata == object.end() || !metadata->is_object()) return {};
-                        auto uid = metadata->find("uid");
-                        if (uid == metadata->end() || !uid->is_string()) return {};
-                        return {uid->get<std::string>()};
+                        std::string uid = JsonString(object, {"metadata", "uid"});
+                        if (uid.empty()) return {};
+                        return {std::move(uid)};
                       }});
   return indexers;
+}
+
+// A daemon pod scheduled to `node` and not terminating: a terminating daemon
+// is leaving the clique whatever it last said. Reads the informer's shared
+// object without copying it.
+bool LiveOnNode(const nlohmann::json& pod, const std::string& node) {
+  return JsonFind(pod, {"metadata", "deletionTimestamp"}) == nullptr && JsonString(pod, {"spec", "nodeName"}) == node;
 }
 
 }  // namespace
@@ -160,14 +167,9 @@ bool DomainWatch::DaemonPodReady(const k8s::ComputeDomain& cd, const std::string
                                              k8s::cache::LabelIndexValue(kComputeDomainLabel, cd.uid()));
   if (!pods.ok()) return false;
   for (const k8s::cache::ObjectPtr& pod : *pods) {
-    const k8s::Object view(*pod);
-    // A terminating daemon is leaving the clique whatever it last said.
-    if (view.deletion_timestamp()) continue;
-    if (pod->value(nlohmann::json::json_pointer("/spec/nodeName"), std::string()) != options_.node_name) continue;
-    if (view.label(kComputeDomainCliqueLabel) != clique_id) continue;
-    const std::map<std::string, std::string> annotations = view.annotations();
-    auto status = annotations.find(std::string(kDaemonStatusAnnotation));
-    if (status != annotations.end() && status->second == kDaemonReady) return true;
+    if (!LiveOnNode(*pod, options_.node_name)) continue;
+    if (JsonString(*pod, {"metadata", "labels", kComputeDomainCliqueLabel}) != clique_id) continue;
+    if (JsonString(*pod, {"metadata", "annotations", kDaemonStatusAnnotation}) == kDaemonReady) return true;
   }
   return false;
 }
@@ -176,10 +178,10 @@ std::set<std::string> DomainWatch::DaemonDomains() const {
   std::set<std::string> domains;
   if (!daemon_pods_) return domains;
   for (const k8s::cache::ObjectPtr& pod : daemon_pods_->store().List()) {
-    const k8s::Object view(*pod);
-    if (view.deletion_timestamp()) continue;
-    if (pod->value(nlohmann::json::json_pointer("/spec/nodeName"), std::string()) != options_.node_name) continue;
-    if (std::string uid = view.label(kComputeDomainLabel); !uid.empty()) domains.insert(std::move(uid));
+    if (!LiveOnNode(*pod, options_.node_name)) continue;
+    if (std::string uid = JsonString(*pod, {"metadata", "labels", kComputeDomainLabel}); !uid.empty()) {
+      domains.insert(std::move(uid));
+    }
   }
   return domains;
 }

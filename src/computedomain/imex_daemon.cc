@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/file_io.h"
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/imex_files.h"
 #include "k8s/cache/informer.h"
@@ -38,11 +39,7 @@ constexpr milliseconds kPublishBackoffMax{5000};
 
 std::int64_t ResourceVersionOf(const json& object) {
   std::int64_t version = 0;
-  const json* metadata = object.contains("metadata") ? &object["metadata"] : nullptr;
-  if (metadata == nullptr || !metadata->contains("resourceVersion") || !(*metadata)["resourceVersion"].is_string()) {
-    return 0;
-  }
-  const std::string text = (*metadata)["resourceVersion"].get<std::string>();
+  const std::string text = common::JsonString(object, {"metadata", "resourceVersion"});
   std::from_chars(text.data(), text.data() + text.size(), version);
   return version;
 }
@@ -120,7 +117,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
   auto keep = [this](const k8s::cache::ObjectPtr& object) {
     // A ComputeDomain of the same name but another UID is not ours.
     if (object && options_.store == MembershipStore::kComputeDomainStatus &&
-        object->value("/metadata/uid"_json_pointer, std::string()) != options_.identity.compute_domain_uid) {
+        common::JsonString(*object, {"metadata", "uid"}) != options_.identity.compute_domain_uid) {
       return;
     }
     {
@@ -241,7 +238,7 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   } else {
     // Upstream's IP mode waits until every expected node is listed
     // (spec.numNodes of the ComputeDomain; 0: not gated here).
-    UpdatePeersIps(members, clique->value("/spec/numNodes"_json_pointer, std::int64_t{0}));
+    UpdatePeersIps(members, common::JsonInt(*clique, {"spec", "numNodes"}));
   }
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 
 namespace nvdra::k8s {
@@ -41,11 +42,7 @@ std::string_view ContentType(PatchType type) {
   return "application/json";
 }
 
-std::string NameOf(const json& object) {
-  const auto meta = object.find("metadata");
-  if (meta == object.end() || !meta->is_object()) return "";
-  return meta->value("name", std::string());
-}
+std::string NameOf(const json& object) { return common::JsonString(object, {"metadata", "name"}); }
 
 void AddWriteQuery(Query& q, const WriteOptions& o) {
   AddIf(q, "fieldManager", o.field_manager);

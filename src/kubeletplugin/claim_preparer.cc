@@ -10,6 +10,7 @@
 
 #include "api/opaque_config.h"
 #include "common/crash_point.h"
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
 #include "k8s/client.h"
@@ -18,28 +19,17 @@
 
 namespace nvdra::kubeletplugin {
 
+using common::JsonMember;
+using common::JsonString;
 using common::Status;
 using common::StatusOr;
 using nlohmann::ordered_json;
 
 namespace {
 
-std::string StringAt(const ordered_json& object, const char* key) {
-  if (!object.is_object()) return "";
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // Equal as JSON values, key order aside, as upstream's semantic DeepEqual
 // compares the decoded structs.
 bool SameValue(const ordered_json& a, const ordered_json& b) { return nlohmann::json(a) == nlohmann::json(b); }
-
-const ordered_json& Member(const ordered_json& object, const char* key) {
-  static const ordered_json kNull;
-  if (!object.is_object()) return kNull;
-  auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
 
 std::string ClaimString(const ClaimRef& ref) { return fmt::format("{}/{} ({})", ref.ns, ref.name, ref.uid); }
 
@@ -108,7 +98,7 @@ StatusOr<ordered_json> ApiClaimReader::Read(const std::string& ns, const std::st
 StatusOr<ClaimView> ResolveClaimView(const ClaimRef& ref, const ordered_json& status, std::string_view driver,
                                      const ClaimDeviceBackend& backend) {
   ClaimView view{.ref = ref, .groups = {}};
-  const ordered_json& devices = Member(Member(status, "allocation"), "devices");
+  const ordered_json& devices = JsonMember(status, {"allocation", "devices"});
   if (!devices.is_object()) return view;
   ASSIGN_OR_RETURN(view.groups,
                    api::ResolveDeviceConfigs(nlohmann::json(devices), driver, backend.DefaultConfigKinds(),
@@ -171,7 +161,7 @@ StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, con
 RecordedClaim ClaimPreparer::Recorded(const std::string& uid, const CheckpointedClaim& entry) const {
   const ClaimRef ref{.uid = uid, .name = entry.name, .ns = entry.ns};
   StatusOr<ClaimView> view = common::FailedPreconditionError("the entry records no allocation");
-  if (Member(entry.status, "allocation").is_object()) {
+  if (JsonMember(entry.status, "allocation").is_object()) {
     view = ResolveClaimView(ref, entry.status, options_.driver_name, backend_);
   }
   return RecordedClaim{.ref = ref, .entry = entry, .view = std::move(view)};
@@ -224,13 +214,13 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
   // the slow part, and another claim's preparation need not wait for them.
   StatusOr<ordered_json> claim = claims_.Read(ref.ns, ref.name);
   if (!claim.ok()) return fail(claim.status());
-  const std::string uid = StringAt(Member(*claim, "metadata"), "uid");
+  const std::string uid = JsonString(*claim, {"metadata", "uid"});
   if (uid != ref.uid) {
     return fail(common::FailedPreconditionError(
         fmt::format("the API server has UID {} for this claim: it was deleted and re-created", uid)));
   }
-  const ordered_json& status = Member(*claim, "status");
-  if (!Member(status, "allocation").is_object()) {
+  const ordered_json& status = JsonMember(*claim, "status");
+  if (!JsonMember(status, "allocation").is_object()) {
     return fail(common::FailedPreconditionError("the claim is not allocated"));
   }
   RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
@@ -402,7 +392,7 @@ StatusOr<int> ClaimPreparer::Reconcile() {
         continue;
       }
       reason = "deleted";
-    } else if (StringAt(Member(*claim, "metadata"), "uid") != uid) {
+    } else if (JsonString(*claim, {"metadata", "uid"}) != uid) {
       reason = "replaced by a claim with another UID";
     } else {
       continue;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
 #include "k8s/rest_list_watch.h"
@@ -15,6 +16,8 @@
 namespace nvdra::kubeletplugin {
 namespace {
 
+using common::JsonInt;
+using common::JsonString;
 using nlohmann::json;
 using k8s::resources::kNodes;
 using k8s::resources::kResourceSlices;
@@ -30,28 +33,6 @@ constexpr std::size_t kMinIndexLength = 5;
 // Own deletes whose watch event never came (a relist skipped it) are
 // forgotten after this.
 constexpr auto kDeletedUidTtl = std::chrono::minutes(5);
-
-std::string StringAt(const json& object, std::initializer_list<const char*> path) {
-  const json* at = &object;
-  for (const char* key : path) {
-    if (!at->is_object()) return "";
-    auto it = at->find(key);
-    if (it == at->end()) return "";
-    at = &*it;
-  }
-  return at->is_string() ? at->get<std::string>() : "";
-}
-
-std::int64_t IntAt(const json& object, std::initializer_list<const char*> path) {
-  const json* at = &object;
-  for (const char* key : path) {
-    if (!at->is_object()) return 0;
-    auto it = at->find(key);
-    if (it == at->end()) return 0;
-    at = &*it;
-  }
-  return at->is_number_integer() ? at->get<std::int64_t>() : 0;
-}
 
 bool HasNonEmpty(const json& object, const char* key) {
   if (!object.is_object()) return false;
@@ -119,15 +100,15 @@ void CopyTaintTimes(const json& stored_devices, json& devices) {
     if (!device.is_object() || !HasNonEmpty(device, "taints")) continue;
     const json* old = nullptr;
     for (const auto& candidate : stored_devices) {
-      if (candidate.is_object() && candidate.value("name", "") == device.value("name", "")) old = &candidate;
+      if (candidate.is_object() && JsonString(candidate, "name") == JsonString(device, "name")) old = &candidate;
     }
     if (old == nullptr || !HasNonEmpty(*old, "taints")) continue;
     for (auto& taint : device["taints"]) {
       if (!taint.is_object() || taint.contains("timeAdded")) continue;
       for (const auto& old_taint : (*old)["taints"]) {
-        if (old_taint.value("key", "") == taint.value("key", "") &&
-            old_taint.value("value", "") == taint.value("value", "") &&
-            old_taint.value("effect", "") == taint.value("effect", "") && old_taint.contains("timeAdded")) {
+        if (JsonString(old_taint, "key") == JsonString(taint, "key") &&
+            JsonString(old_taint, "value") == JsonString(taint, "value") &&
+            JsonString(old_taint, "effect") == JsonString(taint, "effect") && old_taint.contains("timeAdded")) {
           taint["timeAdded"] = old_taint["timeAdded"];
           break;
         }
@@ -352,49 +333,49 @@ PublisherStats ResourceSlicePublisher::stats() const {
 }
 
 bool ResourceSlicePublisher::UpsertLocked(const json& object) {
-  const std::string name = StringAt(object, {"metadata", "name"});
-  const std::string uid = StringAt(object, {"metadata", "uid"});
+  const std::string name = JsonString(object, {"metadata", "name"});
+  const std::string uid = JsonString(object, {"metadata", "uid"});
   auto it = known_.find(name);
   if (it != known_.end() && it->second.uid == uid) {
-    const std::string& old_rv = StringAt(it->second.object, {"metadata", "resourceVersion"});
-    const std::string new_rv = StringAt(object, {"metadata", "resourceVersion"});
+    const std::string& old_rv = JsonString(it->second.object, {"metadata", "resourceVersion"});
+    const std::string new_rv = JsonString(object, {"metadata", "resourceVersion"});
     if (old_rv == new_rv) return false;
     auto old_number = ParseResourceVersion(old_rv);
     auto new_number = ParseResourceVersion(new_rv);
     // An echo of our own write, or an event older than it.
     if (old_number && new_number && *new_number <= *old_number) return false;
   }
-  known_[name] = Known{object, uid, StringAt(object, {"spec", "pool", "name"})};
+  known_[name] = Known{object, uid, JsonString(object, {"spec", "pool", "name"})};
   return true;
 }
 
 void ResourceSlicePublisher::OnUpsert(const json& object) {
   // The field selector should make this redundant; it is cheap insurance.
-  if (StringAt(object, {"spec", "driver"}) != options_.driver_name ||
-      StringAt(object, {"spec", "nodeName"}) != options_.node_name) {
+  if (JsonString(object, {"spec", "driver"}) != options_.driver_name ||
+      JsonString(object, {"spec", "nodeName"}) != options_.node_name) {
     return;
   }
-  const std::string pool = StringAt(object, {"spec", "pool", "name"});
-  const std::string uid = StringAt(object, {"metadata", "uid"});
+  const std::string pool = JsonString(object, {"spec", "pool", "name"});
+  const std::string uid = JsonString(object, {"metadata", "uid"});
   {
     std::lock_guard lock(state_mutex_);
     if (deleted_uids_.contains(uid)) return;
     if (!UpsertLocked(object)) return;
     if (pool == syncing_pool_) {
-      sync_events_.emplace_back(uid, StringAt(object, {"metadata", "resourceVersion"}));
+      sync_events_.emplace_back(uid, JsonString(object, {"metadata", "resourceVersion"}));
       return;
     }
     MarkDirtyLocked(pool);
   }
-  LOG_INFO(3, "resource slice changed by someone else", {{"slice", StringAt(object, {"metadata", "name"})},
+  LOG_INFO(3, "resource slice changed by someone else", {{"slice", JsonString(object, {"metadata", "name"})},
                                                          {"pool", pool}});
   queue_.AddAfter(pool, options_.event_delay);
 }
 
 void ResourceSlicePublisher::OnDelete(const json& object) {
-  const std::string name = StringAt(object, {"metadata", "name"});
-  const std::string uid = StringAt(object, {"metadata", "uid"});
-  const std::string pool = StringAt(object, {"spec", "pool", "name"});
+  const std::string name = JsonString(object, {"metadata", "name"});
+  const std::string uid = JsonString(object, {"metadata", "uid"});
+  const std::string pool = JsonString(object, {"spec", "pool", "name"});
   {
     std::lock_guard lock(state_mutex_);
     if (deleted_uids_.erase(uid) > 0) return;  // our own delete
@@ -414,8 +395,8 @@ void ResourceSlicePublisher::OnDelete(const json& object) {
 void ResourceSlicePublisher::RecordWritten(const json& object) {
   std::lock_guard lock(state_mutex_);
   UpsertLocked(object);
-  own_writes_.insert(StringAt(object, {"metadata", "uid"}) + "/" +
-                     StringAt(object, {"metadata", "resourceVersion"}));
+  own_writes_.insert(JsonString(object, {"metadata", "uid"}) + "/" +
+                     JsonString(object, {"metadata", "resourceVersion"}));
 }
 
 void ResourceSlicePublisher::ExpectDelete(const std::string& uid) {
@@ -497,7 +478,7 @@ common::Status ResourceSlicePublisher::EnsureNodeUid(std::stop_token stop) {
   if (!node_uid_.empty()) return common::OkStatus();
   auto node = client_.Get(kNodes, "", options_.node_name, {}, stop);
   if (!node.ok()) return node.status().WithContext("node " + options_.node_name);
-  node_uid_ = StringAt(*node, {"metadata", "uid"});
+  node_uid_ = JsonString(*node, {"metadata", "uid"});
   if (node_uid_.empty()) return common::InternalError("node " + options_.node_name + " has no uid");
   return common::OkStatus();
 }
@@ -513,17 +494,17 @@ void ResourceSlicePublisher::Reread(const std::string& name, std::stop_token sto
 }
 
 common::Status ResourceSlicePublisher::DeleteSlice(const json& slice, std::stop_token stop) {
-  const std::string name = StringAt(slice, {"metadata", "name"});
-  const std::string uid = StringAt(slice, {"metadata", "uid"});
+  const std::string name = JsonString(slice, {"metadata", "name"});
+  const std::string uid = JsonString(slice, {"metadata", "uid"});
   k8s::DeleteOptions options;
   // Only the version this decision was based on.
   options.precondition_uid = uid;
-  options.precondition_resource_version = StringAt(slice, {"metadata", "resourceVersion"});
+  options.precondition_resource_version = JsonString(slice, {"metadata", "resourceVersion"});
   ExpectDelete(uid);
   auto deleted = client_.Delete(kResourceSlices, "", name, options, stop);
   if (deleted.ok()) {
     ++deletes_;
-    LOG_INFO(2, "resource slice deleted", {{"slice", name}, {"pool", StringAt(slice, {"spec", "pool", "name"})}});
+    LOG_INFO(2, "resource slice deleted", {{"slice", name}, {"pool", JsonString(slice, {"spec", "pool", "name"})}});
   } else if (!k8s::IsNotFound(deleted.status())) {
     FinishDelete(name, uid, false);
     if (k8s::IsConflict(deleted.status())) Reread(name, stop);
@@ -559,7 +540,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
   const std::size_t width = IndexWidth(count);
   std::int64_t max_generation = 0;
   for (const auto& slice : existing) {
-    max_generation = std::max(max_generation, IntAt(slice, {"spec", "pool", "generation"}));
+    max_generation = std::max(max_generation, JsonInt(slice, {"spec", "pool", "generation"}));
   }
 
   // Match stored slices of the newest generation to desired indices by the
@@ -568,11 +549,11 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
   std::vector<json> obsolete;
   bool surplus = false;  // an unmatched slice of the newest generation
   for (const auto& slice : existing) {
-    if (IntAt(slice, {"spec", "pool", "generation"}) < max_generation) {
+    if (JsonInt(slice, {"spec", "pool", "generation"}) < max_generation) {
       obsolete.push_back(slice);
       continue;
     }
-    auto index = DecodeIndex(StringAt(slice, {"metadata", "name"}), width);
+    auto index = DecodeIndex(JsonString(slice, {"metadata", "name"}), width);
     if (index && *index < count && !matched[*index]) {
       matched[*index] = slice;
     } else {
@@ -596,7 +577,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
     if (!matched[i]) continue;
     any_matched = true;
     const json& stored = *matched[i];
-    if (IntAt(stored, {"spec", "pool", "resourceSliceCount"}) != static_cast<std::int64_t>(count) ||
+    if (JsonInt(stored, {"spec", "pool", "resourceSliceCount"}) != static_cast<std::int64_t>(count) ||
         NormalContent(stored.value("spec", json::object())) != expected_content(i)) {
       all_equal = false;
     }
@@ -623,7 +604,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
     }
     // A feature gate that is off drops fields silently; compare against
     // what the server keeps so the next sync does not write again.
-    LOG_WARNING("API server changed resource slice content", {{"slice", StringAt(stored, {"metadata", "name"})},
+    LOG_WARNING("API server changed resource slice content", {{"slice", JsonString(stored, {"metadata", "name"})},
                                                              {"pool", pool}, {"sent", sent.dump()},
                                                              {"stored", got.dump()}});
     accepted[i] = Accepted{std::move(sent), std::move(got)};
@@ -639,7 +620,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
     json spec = spec_for(i);
     if (spec.contains("devices")) CopyTaintTimes(object["spec"].value("devices", json::array()), spec["devices"]);
     object["spec"] = std::move(spec);
-    const std::string name = StringAt(object, {"metadata", "name"});
+    const std::string name = JsonString(object, {"metadata", "name"});
     auto updated = client_.Update(kResourceSlices, "", object, write_options, stop);
     if (!updated.ok()) {
       if (k8s::IsConflict(updated.status()) || k8s::IsNotFound(updated.status())) Reread(name, stop);
@@ -671,7 +652,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
     auto created = client_.Create(kResourceSlices, "", object, write_options, stop);
     if (!created.ok()) return created.status().WithContext("create resource slice " + std::to_string(i) + " of pool " + pool);
     ++creates_;
-    LOG_INFO(2, "resource slice created", {{"slice", StringAt(*created, {"metadata", "name"})}, {"pool", pool},
+    LOG_INFO(2, "resource slice created", {{"slice", JsonString(*created, {"metadata", "name"})}, {"pool", pool},
                                            {"generation", generation}});
     remember(i, *created);
   }

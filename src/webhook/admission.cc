@@ -8,9 +8,13 @@
 #include <fmt/format.h>
 
 #include "api/opaque_config.h"
+#include "common/json_fields.h"
 
 namespace nvdra::webhook {
 
+using common::JsonFind;
+using common::JsonMember;
+using common::JsonString;
 using common::Status;
 using common::StatusOr;
 using nlohmann::json;
@@ -65,23 +69,12 @@ std::optional<std::string> CheckOne(const DriverKinds& driver, const json& param
   return std::nullopt;
 }
 
-const json* Find(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string StringAt(const json& object, std::string_view key) {
-  const json* value = Find(object, key);
-  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
-}
-
 // devices.config, or an empty list; kInvalidArgument when the object is not
 // shaped like a claim spec (the API server would not have sent that).
 StatusOr<json> ConfigList(const json& devices, std::string_view where) {
   if (devices.is_null()) return json::array();
   if (!devices.is_object()) return common::InvalidArgumentError(fmt::format("{}: must be an object", where));
-  const json* config = Find(devices, "config");
+  const json* config = JsonFind(devices, "config");
   if (config == nullptr) return json::array();
   if (!config->is_array()) return common::InvalidArgumentError(fmt::format("{}.config: must be a list", where));
   return *config;
@@ -90,10 +83,7 @@ StatusOr<json> ConfigList(const json& devices, std::string_view where) {
 // The object's spec.devices (claim) or spec.spec.devices (template); null
 // when absent.
 json DevicesAt(const json& object, bool is_template) {
-  const json* spec = Find(object, "spec");
-  if (spec != nullptr && is_template) spec = Find(*spec, "spec");
-  const json* devices = spec != nullptr ? Find(*spec, "devices") : nullptr;
-  return devices != nullptr ? *devices : json();
+  return is_template ? JsonMember(object, {"spec", "spec", "devices"}) : JsonMember(object, {"spec", "devices"});
 }
 
 AdmissionReply PlainError(int http_status, std::string message) {
@@ -138,11 +128,11 @@ Status ValidateDeviceConfigs(const json& devices, std::string_view where) {
   std::vector<std::string> problems;
   for (std::size_t i = 0; i < configs->size(); ++i) {
     const json& entry = (*configs)[i];
-    const json* opaque = Find(entry, "opaque");
+    const json* opaque = JsonFind(entry, "opaque");
     if (opaque == nullptr) continue;
-    const DriverKinds* driver = KindsOf(StringAt(*opaque, "driver"));
+    const DriverKinds* driver = KindsOf(JsonString(*opaque, "driver"));
     if (driver == nullptr) continue;
-    const json* parameters = Find(*opaque, "parameters");
+    const json* parameters = JsonFind(*opaque, "parameters");
     const std::string path = fmt::format("{}.config[{}].opaque.parameters", where, i);
     if (auto problem = CheckOne(*driver, parameters != nullptr ? *parameters : json(), path)) {
       problems.push_back(std::move(*problem));
@@ -172,23 +162,22 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
   if (review.is_discarded()) {
     return PlainError(400, "failed to read AdmissionReview from request body: not valid JSON");
   }
-  if (StringAt(review, "apiVersion") != kAdmissionApiVersion || StringAt(review, "kind") != "AdmissionReview") {
+  if (JsonString(review, "apiVersion") != kAdmissionApiVersion || JsonString(review, "kind") != "AdmissionReview") {
     return PlainError(400, fmt::format("failed to read AdmissionReview from request body: apiVersion \"{}\" kind "
                                        "\"{}\"; expected admission.k8s.io/v1 AdmissionReview (set "
                                        "admissionReviewVersions: [\"v1\"] in the webhook configuration)",
-                                       StringAt(review, "apiVersion"), StringAt(review, "kind")));
+                                       JsonString(review, "apiVersion"), JsonString(review, "kind")));
   }
-  const json* request = Find(review, "request");
+  const json* request = JsonFind(review, "request");
   if (request == nullptr || !request->is_object()) {
     return PlainError(400, "failed to read AdmissionReview from request body: request is missing");
   }
-  const std::string uid = StringAt(*request, "uid");
+  const std::string uid = JsonString(*request, "uid");
   if (uid.empty()) return PlainError(400, "failed to read AdmissionReview from request body: request.uid is missing");
 
-  const json* resource = Find(*request, "resource");
-  const std::string group = resource != nullptr ? StringAt(*resource, "group") : "";
-  const std::string version = resource != nullptr ? StringAt(*resource, "version") : "";
-  const std::string plural = resource != nullptr ? StringAt(*resource, "resource") : "";
+  const std::string group = JsonString(*request, {"resource", "group"});
+  const std::string version = JsonString(*request, {"resource", "version"});
+  const std::string plural = JsonString(*request, {"resource", "resource"});
   bool known_version = false;
   for (std::string_view v : kResourceVersions) known_version = known_version || v == version;
   const bool is_claim = plural == "resourceclaims";
@@ -201,11 +190,11 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
                                group, version, plural));
   }
   // The spec is only written through the main resource, on CREATE and UPDATE.
-  const std::string operation = StringAt(*request, "operation");
-  if ((operation != "CREATE" && operation != "UPDATE") || !StringAt(*request, "subResource").empty()) {
+  const std::string operation = JsonString(*request, "operation");
+  if ((operation != "CREATE" && operation != "UPDATE") || !JsonString(*request, "subResource").empty()) {
     return Respond(uid, AdmissionOutcome::kAllowed, plural, "");
   }
-  const json* object = Find(*request, "object");
+  const json* object = JsonFind(*request, "object");
   if (object == nullptr || !object->is_object()) {
     return Respond(uid, AdmissionOutcome::kBadObject, plural,
                    fmt::format("request.object: missing; a {} {} must carry the object", operation, plural));
@@ -218,7 +207,7 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
                    fmt::format("cannot read the {}: {}", plural, configs.status().message()));
   }
   if (operation == "UPDATE") {
-    const json* old_object = Find(*request, "oldObject");
+    const json* old_object = JsonFind(*request, "oldObject");
     if (old_object != nullptr) {
       StatusOr<json> old_configs = ConfigList(DevicesAt(*old_object, is_template), where);
       if (old_configs.ok() && *old_configs == *configs) return Respond(uid, AdmissionOutcome::kAllowed, plural, "");

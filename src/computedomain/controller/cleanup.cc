@@ -1,6 +1,7 @@
 #include "computedomain/controller/cleanup.h"
 
 #include "common/crash_point.h"
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/daemon_pods.h"
@@ -20,7 +21,7 @@ void KeepFirstError(Status& first_error, const Status& status) {
 }
 
 std::string KeyOf(const json& object) {
-  return JsonString(object, "/metadata/namespace"_json_pointer) + "/" + JsonString(object, "/metadata/name"_json_pointer);
+  return common::JsonString(object, {"metadata", "namespace"}) + "/" + common::JsonString(object, {"metadata", "name"});
 }
 
 }  // namespace
@@ -42,8 +43,8 @@ std::vector<OwnedObjectName> PlanDaemonObjects(const std::string& cd_uid, const 
   std::vector<OwnedObjectName> plan = {{&daemon_sets, driver_namespace, DaemonObjectName(cd_uid)},
                                        {&claim_templates, driver_namespace, DaemonObjectName(cd_uid)}};
   for (const ObjectPtr& other : elsewhere) {
-    const std::string ns = JsonString(*other, "/metadata/namespace"_json_pointer);
-    plan.push_back({&daemon_sets, ns, JsonString(*other, "/metadata/name"_json_pointer)});
+    const std::string ns = common::JsonString(*other, {"metadata", "namespace"});
+    plan.push_back({&daemon_sets, ns, common::JsonString(*other, {"metadata", "name"})});
     for (std::string& name : ClaimTemplatesOf(*other)) plan.push_back({&claim_templates, ns, std::move(name)});
   }
   return plan;
@@ -95,8 +96,8 @@ Status DomainCleaner::Teardown(const k8s::ComputeDomain& cd, std::stop_token sto
     if (caches_.cliques) {
       for (const ObjectPtr& clique : CachedByLabel(*caches_.cliques, uid)) {
         RETURN_IF_ERROR(writer_.DeleteOwned(k8s::resources::kComputeDomainCliques,
-                                            JsonString(*clique, "/metadata/namespace"_json_pointer),
-                                            JsonString(*clique, "/metadata/name"_json_pointer), stop));
+                                            common::JsonString(*clique, {"metadata", "namespace"}),
+                                            common::JsonString(*clique, {"metadata", "name"}), stop));
       }
     }
     common::CrashPoint("cascade-after-cliques");
@@ -122,8 +123,8 @@ std::vector<DomainCleaner::SweptCache> DomainCleaner::SweptCaches() const {
 
 void DomainCleaner::RemoveObjectOfGoneDomain(const SweptCache& cache, const json& object, const std::string& cd_uid,
                                              bool tolerate_unavailable, Status& first_error, std::stop_token stop) {
-  const std::string ns = JsonString(object, "/metadata/namespace"_json_pointer);
-  const std::string name = JsonString(object, "/metadata/name"_json_pointer);
+  const std::string ns = common::JsonString(object, {"metadata", "namespace"});
+  const std::string name = common::JsonString(object, {"metadata", "name"});
   LOG_INFO(0, "removing an object of a ComputeDomain that no longer exists",
            {{"object", cache.ref->Name() + " " + KeyOf(object)}, {"uid", cd_uid}});
   KeepFirstError(first_error, writer_.DeleteOwned(*cache.ref, ns, name, stop));
@@ -150,7 +151,7 @@ common::StatusOr<DomainCleaner::GoneDomainSweep> DomainCleaner::CleanupDomain(co
 Status DomainCleaner::CleanupStale(std::stop_token stop) {
   std::set<std::string> live;
   for (const ObjectPtr& cd : caches_.domains->store().List()) {
-    live.insert(JsonString(*cd, "/metadata/uid"_json_pointer));
+    live.insert(common::JsonString(*cd, {"metadata", "uid"}));
   }
   Status first_error = OkStatus();
   for (const SweptCache& cache : SweptCaches()) {

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/controller/daemon_pods.h"
 #include "k8s/api_error.h"
@@ -21,7 +22,7 @@ namespace {
 
 // Numeric resourceVersion (an etcd revision in practice); 0 when it is not one.
 std::uint64_t VersionNumber(const json& object) {
-  const std::string text = JsonString(object, "/metadata/resourceVersion"_json_pointer);
+  const std::string text = common::JsonString(object, {"metadata", "resourceVersion"});
   if (text.empty() || text.size() > 19 || text.find_first_not_of("0123456789") != std::string::npos) return 0;
   return std::stoull(text);
 }
@@ -34,16 +35,16 @@ json EntryOf(const CliqueMember& m, std::optional<std::int64_t> index) {
   return entry;
 }
 
-std::string NameOf(const json& object) { return JsonString(object, "/metadata/name"_json_pointer); }
-std::string UidOf(const json& object) { return JsonString(object, "/metadata/uid"_json_pointer); }
+std::string NameOf(const json& object) { return common::JsonString(object, {"metadata", "name"}); }
+std::string UidOf(const json& object) { return common::JsonString(object, {"metadata", "uid"}); }
 
 }  // namespace
 
 std::map<std::string, std::vector<const json*>> MemberPodsByClique(const std::vector<ObjectPtr>& cached_pods) {
   std::vector<ObjectPtr> pods = cached_pods;
   std::sort(pods.begin(), pods.end(), [](const ObjectPtr& a, const ObjectPtr& b) {
-    return std::pair(JsonString(*a, "/metadata/creationTimestamp"_json_pointer), NameOf(*a)) <
-           std::pair(JsonString(*b, "/metadata/creationTimestamp"_json_pointer), NameOf(*b));
+    return std::pair(common::JsonString(*a, {"metadata", "creationTimestamp"}), NameOf(*a)) <
+           std::pair(common::JsonString(*b, {"metadata", "creationTimestamp"}), NameOf(*b));
   });
   std::map<std::string, std::vector<const json*>> members_by_clique;
   for (const ObjectPtr& pod_ptr : pods) {
@@ -203,7 +204,7 @@ Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_to
     LOG_INFO(2, "clique entries written",
              {{"clique", name},
               {"entries", entries.daemons.size()},
-              {"resourceVersion", JsonString(*result, "/metadata/resourceVersion"_json_pointer)}});
+              {"resourceVersion", common::JsonString(*result, {"metadata", "resourceVersion"})}});
     std::lock_guard lock(entries_mu_);
     cliques_written_[options_.driver_namespace + "/" + name] = *std::move(result);
   }

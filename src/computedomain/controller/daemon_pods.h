@@ -1,10 +1,12 @@
 #pragma once
 
 // What the controller reads off an IMEX daemon's pod, and off any cached
-// object, straight from the informer's shared json. Why not k8s::Pod: that
-// view owns a copy, and a reconcile reads every daemon pod of its domain
-// (copying them was most of the controller's CPU time at 18 nodes).
-// Defines: JsonString(), LabelOf(), HasLabelKey(), IsDeleting(),
+// object, straight from the informer's shared json. Why not a typed view
+// (k8s/objects): a view owns a copy, and a reconcile reads every daemon pod of its domain
+// (copying them was most of the controller's CPU time at 18 nodes). Fields
+// without a function here are read with common/json_fields.h, which does
+// not copy either.
+// Defines: LabelOf(), HasLabelKey(), IsDeleting(),
 // DaemonPodNode(), DaemonPodIp(), DaemonPodStatus(), PodIsReady().
 //
 // Ownership: none. Thread-safety: pure functions.
@@ -16,8 +18,6 @@
 
 namespace nvdra::computedomain::controller {
 
-// The string at `pointer`; "" when absent or not a string.
-std::string JsonString(const nlohmann::json& object, const nlohmann::json::json_pointer& pointer);
 // metadata.labels[key]; "" when absent.
 std::string LabelOf(const nlohmann::json& object, std::string_view key);
 // Whether metadata.labels has `key` (whatever its value, "" included).

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/daemon_pods.h"
@@ -174,7 +175,7 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   if (!result.ok()) return result.status();
   {
     std::lock_guard lock(status_mu_);
-    written_.Remember(uid, base, JsonString(*result, "/metadata/resourceVersion"_json_pointer), patch);
+    written_.Remember(uid, base, common::JsonString(*result, {"metadata", "resourceVersion"}), patch);
   }
   if (current_status != report.status) {
     LOG_INFO(0, "status changed",

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/controller_options.h"
@@ -66,7 +67,7 @@ Status NodeLabeler::LabelAllocatedNode(const std::string& claim_key, std::stop_t
   const std::vector<ObjectPtr> domains = CachedDomainsWithUid(caches_, uid);
   if (domains.empty() || IsDeleting(*domains.front())) return OkStatus();
   const k8s::ComputeDomain cd(*domains.front());
-  const std::string claim_namespace = JsonString(*claim, "/metadata/namespace"_json_pointer);
+  const std::string claim_namespace = common::JsonString(*claim, {"metadata", "namespace"});
 
   std::lock_guard lock(label_decision_mu_);
   std::string current;
@@ -111,12 +112,12 @@ Status NodeLabeler::RemoveNodeLabels(const std::string& cd_uid, std::stop_token 
   std::set<std::string> live;
   if (cd_uid.empty()) {
     for (const ObjectPtr& cd : caches_.domains->store().List()) {
-      live.insert(JsonString(*cd, "/metadata/uid"_json_pointer));
+      live.insert(common::JsonString(*cd, {"metadata", "uid"}));
     }
   }
   for (const json& node : (*nodes)["items"]) {
     if (cd_uid.empty() && live.contains(LabelOf(node, kComputeDomainLabel))) continue;
-    auto patched = writer_.Patch(k8s::resources::kNodes, "", JsonString(node, "/metadata/name"_json_pointer),
+    auto patched = writer_.Patch(k8s::resources::kNodes, "", common::JsonString(node, {"metadata", "name"}),
                                  k8s::PatchType::kMerge,
                                  {{"metadata", {{"labels", {{std::string(kComputeDomainLabel), nullptr}}}}}}, "", stop);
     if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();

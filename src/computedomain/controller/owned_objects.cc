@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/controller_options.h"
@@ -22,13 +23,7 @@ bool IsZero(const json& value) {
          (value.is_string() && value.get<std::string>().empty()) || (value.is_structured() && value.empty());
 }
 
-const json& Field(const json& object, const char* name) {
-  static const json kNull;
-  auto it = object.find(name);
-  return it == object.end() ? kNull : *it;
-}
-
-const json& Labels(const json& object) { return Field(Field(object, "metadata"), "labels"); }
+const json& Labels(const json& object) { return common::JsonMember(object, {"metadata", "labels"}); }
 
 }  // namespace
 
@@ -60,7 +55,7 @@ OwnedObjectAction DecideOwnedObjectAction(const json& desired, const json& have,
   const k8s::Object existing(have);
   if (existing.label(kComputeDomainLabel) != cd_uid) return OwnedObjectAction::kForeign;
   if (existing.deletion_timestamp()) return OwnedObjectAction::kRelease;
-  const bool spec_matches = IsSubset(Field(desired, "spec"), Field(have, "spec"));
+  const bool spec_matches = IsSubset(common::JsonMember(desired, "spec"), common::JsonMember(have, "spec"));
   if (spec_matches && IsSubset(Labels(desired), Labels(have)) && existing.HasFinalizer(kFinalizer)) {
     return OwnedObjectAction::kNone;
   }

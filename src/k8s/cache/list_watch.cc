@@ -3,20 +3,9 @@
 #include <string>
 #include <utility>
 
+#include "common/json_fields.h"
+
 namespace nvdra::k8s::cache {
-namespace {
-
-// The string at object[key], or empty when absent or not a string. Never
-// throws, so malformed server data cannot escape as an exception.
-std::string StringField(const nlohmann::json& object, const char* key) {
-  if (!object.is_object()) return {};
-  auto it = object.find(key);
-  if (it == object.end() || !it->is_string()) return {};
-  return it->get<std::string>();
-}
-
-}  // namespace
-
 std::string_view WatchEventTypeName(WatchEventType type) {
   switch (type) {
     case WatchEventType::kAdded: return "ADDED";
@@ -53,15 +42,11 @@ bool IsGone(const common::Status& status) {
 }
 
 common::Status WatchErrorToStatus(const nlohmann::json& status_object) {
-  std::int64_t code = 0;
-  if (status_object.is_object()) {
-    auto it = status_object.find("code");
-    if (it != status_object.end() && it->is_number_integer()) code = it->get<std::int64_t>();
-  }
-  const std::string reason = StringField(status_object, "reason");
+  const std::int64_t code = common::JsonInt(status_object, {"code"});
+  const std::string reason = common::JsonString(status_object, "reason");
   const std::string message = "watch error " + std::to_string(code) + " " +
                               (reason.empty() ? "(no reason)" : reason) + ": " +
-                              StringField(status_object, "message");
+                              common::JsonString(status_object, "message");
   if (code == 410 || reason == "Expired" || reason == "Gone") return GoneError(message);
   if (code == 429 || (code >= 500 && code < 600)) return common::UnavailableError(message);
   if (code == 401) return common::UnauthenticatedError(message);
@@ -71,10 +56,7 @@ common::Status WatchErrorToStatus(const nlohmann::json& status_object) {
 }
 
 std::string ObjectResourceVersion(const nlohmann::json& object) {
-  if (!object.is_object()) return {};
-  auto metadata = object.find("metadata");
-  if (metadata == object.end()) return {};
-  return StringField(*metadata, "resourceVersion");
+  return common::JsonString(object, {"metadata", "resourceVersion"});
 }
 
 }  // namespace nvdra::k8s::cache

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/json_fields.h"
+
 namespace nvdra::k8s::cache {
 namespace {
 
@@ -216,15 +218,6 @@ class Reader {
   const std::uint8_t* const end_;
 };
 
-std::string ResourceVersionOf(const json& object) {
-  if (!object.is_object()) return {};
-  auto metadata = object.find("metadata");
-  if (metadata == object.end() || !metadata->is_object()) return {};
-  auto rv = metadata->find("resourceVersion");
-  if (rv == metadata->end() || !rv->is_string()) return {};
-  return rv->get<std::string>();
-}
-
 }  // namespace
 
 std::string PackJson(const json& object) {
@@ -260,7 +253,7 @@ void PackedObject::Pack(const json& object) {
   size_ = scratch.size();
   bytes_ = std::make_unique_for_overwrite<char[]>(size_);
   std::memcpy(bytes_.get(), scratch.data(), size_);
-  resource_version_ = ResourceVersionOf(object);
+  resource_version_ = common::JsonString(object, {"metadata", "resourceVersion"});
   // A scratch buffer grown by one huge object is not kept for good.
   if (scratch.capacity() > (1u << 20)) std::string().swap(scratch);
 }

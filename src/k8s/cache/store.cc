@@ -4,25 +4,11 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/json_fields.h"
 #include "k8s/cache/list_watch.h"
 
 namespace nvdra::k8s::cache {
 namespace {
-
-const nlohmann::json* Metadata(const nlohmann::json& object) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find("metadata");
-  if (it == object.end() || !it->is_object()) return nullptr;
-  return &*it;
-}
-
-std::string MetadataString(const nlohmann::json& object, const char* field) {
-  const nlohmann::json* metadata = Metadata(object);
-  if (metadata == nullptr) return {};
-  auto it = metadata->find(field);
-  if (it == metadata->end() || !it->is_string()) return {};
-  return it->get<std::string>();
-}
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "cache::Store: %s\n", message.c_str());
@@ -47,17 +33,15 @@ std::string LabelIndexValue(std::string_view key, std::string_view value) {
 
 IndexFunc NamespaceIndexFunc() {
   return [](const nlohmann::json& object) {
-    return std::vector<std::string>{MetadataString(object, "namespace")};
+    return std::vector<std::string>{common::JsonString(object, {"metadata", "namespace"})};
   };
 }
 
 IndexFunc LabelIndexFunc() {
   return [](const nlohmann::json& object) {
     std::vector<std::string> values;
-    const nlohmann::json* metadata = Metadata(object);
-    if (metadata == nullptr) return values;
-    auto labels = metadata->find("labels");
-    if (labels == metadata->end() || !labels->is_object()) return values;
+    const nlohmann::json* labels = common::JsonFind(object, {"metadata", "labels"});
+    if (labels == nullptr || !labels->is_object()) return values;
     for (auto it = labels->begin(); it != labels->end(); ++it) {
       if (it.value().is_string()) {
         values.push_back(LabelIndexValue(it.key(), it.value().get_ref<const std::string&>()));
@@ -73,9 +57,9 @@ std::vector<Indexer> DefaultIndexers() {
 }
 
 common::StatusOr<std::string> ObjectKey(const nlohmann::json& object) {
-  const std::string name = MetadataString(object, "name");
+  const std::string name = common::JsonString(object, {"metadata", "name"});
   if (name.empty()) return common::InvalidArgumentError("object has no metadata.name");
-  const std::string ns = MetadataString(object, "namespace");
+  const std::string ns = common::JsonString(object, {"metadata", "namespace"});
   if (ns.empty()) return name;
   return ns + "/" + name;
 }

@@ -2,6 +2,8 @@
 
 #include <cstddef>
 
+#include "common/json_fields.h"
+
 namespace nvdra::k8s {
 namespace {
 
@@ -103,10 +105,8 @@ common::Status CheckShape(const Json& value, const std::vector<ShapeRule>& rules
 const Json* JsonView::Find(const JsonPath& path) const {
   const Json* at = &json_;
   for (const auto& step : path) {
-    if (!at->is_object()) return nullptr;
-    auto it = at->find(step);
-    if (it == at->end()) return nullptr;
-    at = &*it;
+    at = common::JsonFind(*at, step);
+    if (at == nullptr) return nullptr;
   }
   return at;
 }
@@ -149,11 +149,6 @@ std::vector<std::string> JsonView::GetStringList(const JsonPath& path) const {
     if (item.is_string()) out.push_back(item.get<std::string>());
   }
   return out;
-}
-
-Json JsonView::GetObject(const JsonPath& path) const {
-  const Json* v = Find(path);
-  return v != nullptr && v->is_object() ? *v : Json::object();
 }
 
 void JsonView::Set(const JsonPath& path, Json value) {

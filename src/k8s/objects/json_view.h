@@ -63,7 +63,8 @@ class JsonView {
   friend bool operator==(const JsonView& a, const JsonView& b) { return a.json_ == b.json_; }
 
  protected:
-  // The value at `path`, or nullptr when absent or a step is not an object.
+  // The value at `path`, or nullptr when absent, null or a step is not an
+  // object (common::JsonFind).
   const nlohmann::json* Find(const JsonPath& path) const;
   std::string GetString(const JsonPath& path) const;
   std::int64_t GetInt(const JsonPath& path, std::int64_t fallback = 0) const;
@@ -71,8 +72,6 @@ class JsonView {
   bool GetBool(const JsonPath& path, bool fallback = false) const;
   std::map<std::string, std::string> GetStringMap(const JsonPath& path) const;
   std::vector<std::string> GetStringList(const JsonPath& path) const;
-  // The object at `path`, or an empty object.
-  nlohmann::json GetObject(const JsonPath& path) const;
 
   // Sets `path` to `value`, creating (or replacing non-object) parents.
   void Set(const JsonPath& path, nlohmann::json value);

@@ -6,14 +6,6 @@ namespace nvdra::k8s {
 
 using Json = nlohmann::json;
 
-OwnerReference OwnerReference::New(std::string api_version, std::string kind, std::string name, std::string uid,
-                                   bool controller) {
-  Json ref = {{"apiVersion", std::move(api_version)}, {"kind", std::move(kind)}, {"name", std::move(name)},
-              {"uid", std::move(uid)}};
-  if (controller) ref["controller"] = true;
-  return OwnerReference(std::move(ref));
-}
-
 std::string Object::Key() const {
   std::string ns = namespace_name();
   return ns.empty() ? name() : ns + "/" + name();

@@ -1,8 +1,13 @@
 #pragma once
 
 // Object: a typed view of any Kubernetes object (apiVersion, kind, metadata),
-// the base of the per-kind classes (core.h, resource.h, compute_domain.h).
-// Defines: OwnerReference, Object, FromJson<T>(), ParseJson<T>().
+// the base of the per-kind classes (compute_domain.h).
+// Defines: Object, FromJson<T>(), ParseJson<T>().
+//
+// A view owns a copy of its json. Code that only reads objects an informer
+// shares (ObjectPtr) reads them in place with common/json_fields.h instead:
+// the compute-domain controller reads every daemon pod of a domain per
+// reconcile, and copying them was most of its CPU time.
 //
 // Every kind class K has: kApiVersion, kKind, Resource() (its ResourceRef),
 // ShapeRules() (what FromJson checks), New(...) for a fresh object, and
@@ -24,22 +29,6 @@
 #include "k8s/objects/json_view.h"
 
 namespace nvdra::k8s {
-
-// metadata.ownerReferences[i].
-class OwnerReference : public JsonView {
- public:
-  using JsonView::JsonView;
-  static OwnerReference New(std::string api_version, std::string kind, std::string name, std::string uid,
-                            bool controller = false);
-
-  std::string api_version() const { return GetString({"apiVersion"}); }
-  std::string kind() const { return GetString({"kind"}); }
-  std::string name() const { return GetString({"name"}); }
-  std::string uid() const { return GetString({"uid"}); }
-  bool controller() const { return GetBool({"controller"}); }
-  bool block_owner_deletion() const { return GetBool({"blockOwnerDeletion"}); }
-  void set_block_owner_deletion(bool value) { Set({"blockOwnerDeletion"}, value); }
-};
 
 class Object : public JsonView {
  public:
@@ -85,11 +74,6 @@ class Object : public JsonView {
   bool AddFinalizer(std::string_view finalizer);
   // True when removed (false when absent).
   bool RemoveFinalizer(std::string_view finalizer);
-
-  std::vector<OwnerReference> owner_references() const { return GetList<OwnerReference>({"metadata", "ownerReferences"}); }
-  void set_owner_references(const std::vector<OwnerReference>& value) {
-    SetList({"metadata", "ownerReferences"}, value);
-  }
 
   // The rules every kind shares: metadata and its known fields.
   static std::vector<ShapeRule> MetadataRules();

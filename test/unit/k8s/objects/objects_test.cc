@@ -8,90 +8,51 @@
 #include <nlohmann/json.hpp>
 
 #include "k8s/objects/compute_domain.h"
-#include "k8s/objects/core.h"
-#include "k8s/objects/resource.h"
 
 namespace nvdra::k8s {
 namespace {
 
 using nlohmann::json;
 
-// A ResourceSlice as a newer server might send it: unknown fields at the top,
-// in metadata, in spec, in spec.pool and inside devices[].
-constexpr char kSliceFromServer[] = R"({
-  "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "futureTop": {"a": [1, 2.5, null]},
-  "metadata": {"name": "node-a-gpu", "uid": "u1", "resourceVersion": "42", "generation": 3,
-               "labels": {"x": "y"}, "futureMeta": "m", "managedFields": [{"manager": "k"}],
-               "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": "n1", "futureRef": 7}]},
-  "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a", "futureSpec": {"deep": true},
-           "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1, "futurePool": "p"},
-           "devices": [{"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-0"}}, "futureDevice": [3]},
-                       {"name": "gpu-1", "bindingConditions": ["c"]}]}
+// A ComputeDomain as a newer server might send it: unknown fields at the top,
+// in metadata, in spec, in spec.channel and inside status.nodes[].
+constexpr char kDomainFromServer[] = R"({
+  "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain", "futureTop": {"a": [1, 2.5, null]},
+  "metadata": {"name": "cd", "namespace": "ns", "uid": "u1", "resourceVersion": "42", "generation": 3,
+               "labels": {"x": "y"}, "futureMeta": "m", "managedFields": [{"manager": "k"}]},
+  "spec": {"numNodes": 2, "futureSpec": {"deep": true},
+           "channel": {"resourceClaimTemplate": {"name": "rct"}, "futureChannel": "c"}},
+  "status": {"status": "NotReady", "futureStatus": 1,
+             "nodes": [{"name": "n1", "ipAddress": "10.0.0.1", "index": 0, "futureNode": [3]},
+                       {"name": "n2", "cliqueID": "c.1"}]}
 })";
 
-TEST(ObjectsTest, ResourceSliceKeepsUnknownFieldsAtEveryLevelThroughSetters) {
-  const json original = json::parse(kSliceFromServer);
-  auto slice = FromJson<ResourceSlice>(original);
-  ASSERT_TRUE(slice.ok()) << slice.status();
-  EXPECT_EQ(slice->name(), "node-a-gpu");
-  EXPECT_EQ(slice->driver(), "gpu.nvidia.com");
-  EXPECT_EQ(slice->pool_name(), "node-a");
-  EXPECT_EQ(slice->node_name(), "node-a");
-  EXPECT_EQ(slice->generation(), 3);
-  ASSERT_EQ(slice->devices().size(), 2u);
+TEST(ObjectsTest, ComputeDomainKeepsUnknownFieldsAtEveryLevelThroughSetters) {
+  const json original = json::parse(kDomainFromServer);
+  auto cd = FromJson<ComputeDomain>(original);
+  ASSERT_TRUE(cd.ok()) << cd.status();
+  EXPECT_EQ(cd->Key(), "ns/cd");
+  EXPECT_EQ(cd->generation(), 3);
+  ASSERT_EQ(cd->nodes().size(), 2u);
 
-  slice->set_pool_generation(2);
-  slice->SetLabel("new", "label");
-  auto devices = slice->devices();
-  devices[0].set_capacity({{"memory", {{"value", "80Gi"}}}});
-  devices.push_back(Device::New("gpu-2"));
-  slice->set_devices(devices);
-  auto owners = slice->owner_references();
-  owners[0].set_block_owner_deletion(true);
-  slice->set_owner_references(owners);
+  cd->set_num_nodes(3);
+  cd->SetLabel("new", "label");
+  auto nodes = cd->nodes();
+  nodes[0].set_status("Ready");
+  ComputeDomainNode added;
+  added.set_name("n3");
+  nodes.push_back(added);
+  cd->set_nodes(nodes);
 
   json expected = original;
-  expected["spec"]["pool"]["generation"] = 2;
+  expected["spec"]["numNodes"] = 3;
   expected["metadata"]["labels"]["new"] = "label";
-  expected["spec"]["devices"][0]["capacity"] = {{"memory", {{"value", "80Gi"}}}};
-  expected["spec"]["devices"].push_back({{"name", "gpu-2"}});
-  expected["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = true;
-  EXPECT_EQ(slice->json(), expected);
+  expected["status"]["nodes"][0]["status"] = "Ready";
+  expected["status"]["nodes"].push_back({{"name", "n3"}});
+  EXPECT_EQ(cd->json(), expected);
   // Byte for byte: nlohmann keeps object keys sorted, so equal json dumps
   // equal text, and every unknown field is still there with its value.
-  EXPECT_EQ(slice->json().dump(), expected.dump());
-}
-
-TEST(ObjectsTest, ResourceClaimResultsAndReservedForKeepUnknownFields) {
-  json original = {
-      {"apiVersion", "resource.k8s.io/v1"},
-      {"kind", "ResourceClaim"},
-      {"metadata", {{"name", "c"}, {"namespace", "ns"}}},
-      {"spec", {{"devices", {{"requests", json::array({{{"name", "gpu"}}})}}}}},
-      {"status",
-       {{"futureStatus", 1},
-        {"allocation",
-         {{"devices",
-           {{"results", json::array({{{"request", "gpu"}, {"driver", "gpu.nvidia.com"}, {"pool", "p"},
-                                      {"device", "gpu-0"}, {"futureResult", {{"k", "v"}}}}})},
-            {"config", json::array()}}},
-          {"futureAllocation", "a"}}},
-        {"reservedFor", json::array({{{"resource", "pods"}, {"name", "p1"}, {"uid", "u"}, {"futureRef", 1}}})}}}};
-  auto claim = FromJson<ResourceClaim>(original);
-  ASSERT_TRUE(claim.ok()) << claim.status();
-  ASSERT_TRUE(claim->allocated());
-  ASSERT_EQ(claim->results().size(), 1u);
-  EXPECT_EQ(claim->results()[0].device(), "gpu-0");
-  EXPECT_EQ(claim->Key(), "ns/c");
-
-  auto reserved = claim->reserved_for();
-  reserved.push_back(ResourceClaimConsumerReference::New("pods", "p2", "u2"));
-  claim->set_reserved_for(reserved);
-  claim->set_results(claim->results());  // written back unchanged
-
-  json expected = original;
-  expected["status"]["reservedFor"].push_back({{"resource", "pods"}, {"name", "p2"}, {"uid", "u2"}});
-  EXPECT_EQ(claim->json().dump(), expected.dump());
+  EXPECT_EQ(cd->json().dump(), expected.dump());
 }
 
 TEST(ObjectsTest, ComputeDomainAndCliqueFieldsAndUnknownFields) {
@@ -132,89 +93,78 @@ TEST(ObjectsTest, ComputeDomainAndCliqueFieldsAndUnknownFields) {
 }
 
 TEST(ObjectsTest, MissingFieldsReadAsDefaultsWithoutThrowing) {
-  auto pod = FromJson<Pod>(json::object());
-  ASSERT_TRUE(pod.ok()) << pod.status();
-  EXPECT_EQ(pod->name(), "");
-  EXPECT_EQ(pod->node_name(), "");
-  EXPECT_TRUE(pod->resource_claims().empty());
-  EXPECT_TRUE(pod->labels().empty());
-  EXPECT_FALSE(pod->deletion_timestamp().has_value());
-  EXPECT_EQ(pod->generation(), 0);
-
-  Node node;
-  EXPECT_TRUE(node.taints().empty());
-  EXPECT_EQ(node.Address("InternalIP"), "");
-  ResourceClaim claim;
-  EXPECT_FALSE(claim.allocated());
-  EXPECT_TRUE(claim.results().empty());
-  EXPECT_TRUE(claim.allocation_config().is_array());
-  Lease lease;
-  EXPECT_EQ(lease.holder_identity(), "");
-  EXPECT_EQ(lease.lease_duration_seconds(), 0);
+  auto cd = FromJson<ComputeDomain>(json::object());
+  ASSERT_TRUE(cd.ok()) << cd.status();
+  EXPECT_EQ(cd->name(), "");
+  EXPECT_EQ(cd->num_nodes(), 0);
+  EXPECT_TRUE(cd->nodes().empty());
+  EXPECT_TRUE(cd->labels().empty());
+  EXPECT_FALSE(cd->deletion_timestamp().has_value());
+  EXPECT_FALSE(cd->imex_channel_id().has_value());
+  EXPECT_EQ(cd->status_as_written(), "");
+  EXPECT_EQ(cd->generation(), 0);
+  ComputeDomainClique clique;
+  EXPECT_TRUE(clique.daemons().empty());
   ComputeDomainNode cd_node;
   EXPECT_EQ(cd_node.index(), -1);
 
   // Wrong types that slipped in through mutable_json still read as defaults.
-  Pod broken = Pod::New("ns", "p");
+  ComputeDomain broken = ComputeDomain::New("ns", "cd");
   broken.mutable_json()["spec"] = "not an object";
-  EXPECT_EQ(broken.node_name(), "");
-  broken.set_node_name("n1");  // setters repair the path
-  EXPECT_EQ(broken.node_name(), "n1");
+  broken.mutable_json()["status"] = {{"nodes", nullptr}, {"imexChannelID", "7"}};
+  EXPECT_EQ(broken.num_nodes(), 0);
+  EXPECT_TRUE(broken.nodes().empty());
+  EXPECT_FALSE(broken.imex_channel_id().has_value());
+  broken.set_num_nodes(2);  // setters repair the path
+  EXPECT_EQ(broken.num_nodes(), 2);
 }
 
 TEST(ObjectsTest, MalformedInputIsAnInvalidArgumentStatusNamingTheField) {
-  auto not_object = FromJson<Node>(json("a string"));
+  auto not_object = FromJson<ComputeDomain>(json("a string"));
   ASSERT_FALSE(not_object.ok());
   EXPECT_EQ(not_object.status().code(), common::StatusCode::kInvalidArgument);
 
-  auto bad_metadata = FromJson<Node>(json{{"metadata", "oops"}});
+  auto bad_metadata = FromJson<ComputeDomain>(json{{"metadata", "oops"}});
   ASSERT_FALSE(bad_metadata.ok());
   EXPECT_NE(bad_metadata.status().message().find("metadata: expected object, got string"), std::string::npos)
       << bad_metadata.status();
 
-  json slice = json::parse(kSliceFromServer);
-  slice["spec"]["devices"][1] = "gpu-1";
-  auto bad_device = FromJson<ResourceSlice>(slice);
-  ASSERT_FALSE(bad_device.ok());
-  EXPECT_NE(bad_device.status().message().find("ResourceSlice node-a-gpu"), std::string::npos);
-  EXPECT_NE(bad_device.status().message().find("spec.devices[1]: expected object"), std::string::npos)
-      << bad_device.status();
+  json cd = json::parse(kDomainFromServer);
+  cd["status"]["nodes"][1] = "n2";
+  auto bad_node = FromJson<ComputeDomain>(cd);
+  ASSERT_FALSE(bad_node.ok());
+  EXPECT_NE(bad_node.status().message().find("ComputeDomain cd"), std::string::npos);
+  EXPECT_NE(bad_node.status().message().find("status.nodes[1]: expected object"), std::string::npos)
+      << bad_node.status();
 
-  slice = json::parse(kSliceFromServer);
-  slice["spec"]["devices"][0]["attributes"] = json::array();
-  EXPECT_FALSE(FromJson<ResourceSlice>(slice).ok());
+  cd = json::parse(kDomainFromServer);
+  cd["status"]["nodes"][0]["index"] = "0";
+  EXPECT_FALSE(FromJson<ComputeDomain>(cd).ok());
 
-  json claim = {{"status", {{"allocation", {{"devices", {{"results", json::array({1})}}}}}}}};
-  auto bad_result = FromJson<ResourceClaim>(claim);
-  ASSERT_FALSE(bad_result.ok());
-  EXPECT_NE(bad_result.status().message().find("status.allocation.devices.results[0]"), std::string::npos)
-      << bad_result.status();
+  json clique = {{"daemons", json::array({{{"nodeName", "n1"}, {"index", 1.5}}})}};
+  auto bad_daemon = FromJson<ComputeDomainClique>(clique);
+  ASSERT_FALSE(bad_daemon.ok());
+  EXPECT_NE(bad_daemon.status().message().find("daemons[0].index"), std::string::npos) << bad_daemon.status();
 
-  EXPECT_FALSE(FromJson<Pod>(json{{"metadata", {{"labels", {{"a", 1}}}}}}).ok());
+  EXPECT_FALSE(FromJson<ComputeDomain>(json{{"metadata", {{"labels", {{"a", 1}}}}}}).ok());
   EXPECT_FALSE(FromJson<ComputeDomain>(json{{"spec", {{"numNodes", "two"}}}}).ok());
-  EXPECT_FALSE(FromJson<Lease>(json{{"spec", {{"leaseDurationSeconds", 1.5}}}}).ok());
-  EXPECT_FALSE(ParseJson<Event>("{not json").ok());
-  EXPECT_FALSE(ParseJson<DeviceClass>(R"({"spec": {"selectors": "x"}})").ok());
-  auto good = ParseJson<DeviceClass>(R"({"metadata": {"name": "gpu.nvidia.com"}, "spec": {"selectors": []}})");
+  EXPECT_FALSE(ParseJson<ComputeDomainClique>("{not json").ok());
+  auto good = ParseJson<ComputeDomainClique>(R"({"metadata": {"name": "u.c"}, "daemons": []})");
   ASSERT_TRUE(good.ok()) << good.status();
-  EXPECT_TRUE(good->selectors().empty());
+  EXPECT_TRUE(good->daemons().empty());
 }
 
 TEST(ObjectsTest, NewObjectsCarryApiVersionKindAndTheirResource) {
-  EXPECT_EQ(Lease::New("kube-system", "l").json(),
-            json({{"apiVersion", "coordination.k8s.io/v1"},
-                  {"kind", "Lease"},
-                  {"metadata", {{"name", "l"}, {"namespace", "kube-system"}}}}));
+  EXPECT_EQ(ComputeDomain::New("ns", "cd").json(),
+            json({{"apiVersion", "resource.nvidia.com/v1beta1"},
+                  {"kind", "ComputeDomain"},
+                  {"metadata", {{"name", "cd"}, {"namespace", "ns"}}}}));
   EXPECT_EQ(ComputeDomain::Resource().Name(), "computedomains.resource.nvidia.com");
-  EXPECT_EQ(ResourceClaimTemplate::Resource().resource, "resourceclaimtemplates");
-  EXPECT_EQ(DaemonSet::New("ns", "d").api_version(), "apps/v1");
-  Event event = Event::New("ns", "e");
-  event.set_series(2, "2026-01-01T00:00:00.000000Z");
-  EXPECT_EQ(event.series_count(), 2);
-  auto node = Node::New("n");
-  node.set_resource_version("7");
-  node.set_resource_version("");
-  EXPECT_FALSE(node.json()["metadata"].contains("resourceVersion"));
+  EXPECT_EQ(ComputeDomainClique::New("ns", "u.c").kind(), "ComputeDomainClique");
+  auto cd = ComputeDomain::New("ns", "cd");
+  cd.set_resource_version("7");
+  cd.set_resource_version("");
+  EXPECT_FALSE(cd.json()["metadata"].contains("resourceVersion"));
 }
 
 }  // namespace

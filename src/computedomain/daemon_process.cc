@@ -10,8 +10,7 @@
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/imex_daemon.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
+#include "k8s/client_from_flags.h"
 
 namespace nvdra::computedomain {
 
@@ -19,13 +18,10 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
                                 common::ShutdownSignals& signals) {
   const bool dns_names = gates.Enabled(common::kIMEXDaemonsWithDNSNames);
   RETURN_IF_ERROR(config.ValidateForRun(dns_names));
-  common::StatusOr<k8s::RestConfig> rest = k8s::LoadConfig(k8s::ConfigSourcesFromEnvironment(config.kube_client));
-  if (!rest.ok()) return rest.status().WithContext("load the API server configuration");
   // Bounds each call, the shutdown's entry removal included.
   k8s::ClientOptions client_options;
   client_options.request_timeout = std::chrono::seconds(10);
-  common::StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*rest, client_options);
-  if (!client.ok()) return client.status().WithContext("create the API client");
+  ASSIGN_OR_RETURN(std::unique_ptr<k8s::Client> client, k8s::ClientFromFlags(config.kube_client, "", client_options));
 
   ImexDaemonOptions options{
       .identity = {.compute_domain_uid = config.compute_domain_uuid,
@@ -48,7 +44,7 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
       .imex_ctl_binary = config.imex_ctl_binary,
       .ready_poll_interval = std::chrono::milliseconds(config.imex_ready_poll_interval_ms),
       .stop_grace = std::chrono::seconds(config.imex_stop_grace_seconds)};
-  CliqueMembership membership(**client, options.identity);
+  CliqueMembership membership(*client, options.identity);
   // With a clique ID and the clique store, the daemon's first status write
   // carries the label too (one write instead of two per daemon).
   if (config.clique_id.empty() || options.store != MembershipStore::kClique) {
@@ -65,7 +61,7 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
     signals.WaitForShutdown();
     return common::OkStatus();
   }
-  ImexDaemon daemon(**client, std::move(options));
+  ImexDaemon daemon(*client, std::move(options));
   return daemon.Run(signals.token());
 }
 

@@ -13,8 +13,7 @@
 #include "computedomain/device_state.h"
 #include "computedomain/domain_watch.h"
 #include "drivercdi/hook_install.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
+#include "k8s/client_from_flags.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/claim_preparer.h"
 #include "kubeletplugin/plugin_lifecycle.h"
@@ -144,10 +143,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   parts->node_name = config.plugin.node_name;
   const std::string driver(kDriverName);
 
-  k8s::ConfigSources sources = k8s::ConfigSourcesFromEnvironment(config.kube_client);
-  ASSIGN_OR_RETURN(k8s::RestConfig rest, k8s::LoadConfig(sources));
-  rest.user_agent = "compute-domain-kubelet-plugin";
-  ASSIGN_OR_RETURN(parts->client, k8s::Client::New(rest));
+  ASSIGN_OR_RETURN(parts->client, k8s::ClientFromFlags(config.kube_client, std::string(kPluginBinaryName)));
 
   ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root,
                                                      .library_path = std::nullopt}));

@@ -15,8 +15,7 @@
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
 #include "gpu/published_devices.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
+#include "k8s/client_from_flags.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/claim_preparer.h"
 #include "kubeletplugin/plugin_lifecycle.h"
@@ -100,10 +99,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
              {{"address", parts->metrics_server->address()}, {"path", parts->metrics_server->path()}});
   }
 
-  k8s::ConfigSources sources = k8s::ConfigSourcesFromEnvironment(config.kube_client);
-  ASSIGN_OR_RETURN(k8s::RestConfig rest, k8s::LoadConfig(sources));
-  rest.user_agent = "gpu-kubelet-plugin";
-  ASSIGN_OR_RETURN(parts->client, k8s::Client::New(rest));
+  ASSIGN_OR_RETURN(parts->client, k8s::ClientFromFlags(config.kube_client, std::string(kBinaryName)));
 
   // NVML is loaded from the driver root as this container sees it.
   ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root, .library_path = std::nullopt}));

@@ -133,6 +133,16 @@ StatusOr<ClaimPreparer::NodeLocks> ClaimPreparer::LockNode() const {
   return NodeLocks{std::move(prepare), std::move(checkpoint)};
 }
 
+StatusOr<ClaimPreparer::Held> ClaimPreparer::Hold(RequestRecord* record) const {
+  std::unique_lock<std::mutex> guard(mu_);
+  StatusOr<NodeLocks> locks = LockNode();
+  std::optional<PluginMetrics::InFlight> in_flight =
+      record != nullptr ? record->Locked(locks.ok()) : std::optional<PluginMetrics::InFlight>();
+  if (!locks.ok()) return locks.status();
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, ReadCheckpoint());
+  return Held{std::move(guard), *std::move(locks), std::move(in_flight), std::move(checkpoint)};
+}
+
 Status ClaimPreparer::StoreCheckpoint(const Checkpoint& checkpoint) const {
   RETURN_IF_ERROR(CheckpointStore(CheckpointPath()).Store(checkpoint));
   if (options_.metrics != nullptr) options_.metrics->SetPreparedDevices(checkpoint);
@@ -144,10 +154,8 @@ StatusOr<Checkpoint> ClaimPreparer::ReadCheckpoint() const {
 }
 
 Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint&)>& fn) const {
-  std::lock_guard<std::mutex> guard(mu_);
-  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, ReadCheckpoint());
-  return fn(checkpoint);
+  ASSIGN_OR_RETURN(const Held held, Hold(nullptr));
+  return fn(held.checkpoint);
 }
 
 StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, const ordered_json& status) const {
@@ -248,12 +256,8 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
 StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimView& view, const ordered_json& status,
                                                                    RequestRecord& record) {
   const ClaimRef& ref = view.ref;
-  std::lock_guard<std::mutex> guard(mu_);
-  StatusOr<NodeLocks> locks = LockNode();
-  const std::optional<PluginMetrics::InFlight> in_flight = record.Locked(locks.ok());
-  if (!locks.ok()) return locks.status();
-  CheckpointStore store(CheckpointPath());
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
+  ASSIGN_OR_RETURN(Held held, Hold(&record));
+  Checkpoint& checkpoint = held.checkpoint;
 
   if (auto it = checkpoint.claims.find(ref.uid); it != checkpoint.claims.end()) {
     if (it->second.state == ClaimCheckpointState::kPrepareCompleted) {
@@ -327,12 +331,8 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimVi
 }
 
 Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record) {
-  std::lock_guard<std::mutex> guard(mu_);
-  StatusOr<NodeLocks> locks = LockNode();
-  const std::optional<PluginMetrics::InFlight> in_flight = record.Locked(locks.ok());
-  if (!locks.ok()) return locks.status();
-  CheckpointStore store(CheckpointPath());
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
+  ASSIGN_OR_RETURN(Held held, Hold(&record));
+  Checkpoint& checkpoint = held.checkpoint;
   auto it = checkpoint.claims.find(uid);
   if (it == checkpoint.claims.end()) return common::OkStatus();  // never prepared here, or already undone
   if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
@@ -349,10 +349,8 @@ Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record
 }
 
 StatusOr<int> ClaimPreparer::DropExpiredAborted() {
-  std::lock_guard<std::mutex> guard(mu_);
-  ASSIGN_OR_RETURN(NodeLocks locks, LockNode());
-  CheckpointStore store(CheckpointPath());
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, store.Load());
+  ASSIGN_OR_RETURN(Held held, Hold(nullptr));
+  Checkpoint& checkpoint = held.checkpoint;
   const auto now = options_.clock->WallNow();
   int dropped = 0;
   for (auto it = checkpoint.claims.begin(); it != checkpoint.claims.end();) {

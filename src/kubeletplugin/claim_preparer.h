@@ -55,6 +55,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -175,6 +176,19 @@ class ClaimPreparer final : public DraDriver {
     FileLock checkpoint;
   };
   common::StatusOr<NodeLocks> LockNode() const;
+
+  // What one claim operation holds while it runs: the mutex, then the node
+  // locks, the kubelet request's in-flight mark (none for the preparer's own
+  // passes), and the checkpoint as read under them. Released in reverse.
+  struct Held {
+    std::unique_lock<std::mutex> guard;
+    NodeLocks node;
+    std::optional<PluginMetrics::InFlight> in_flight;
+    Checkpoint checkpoint;
+  };
+  // `record`: the kubelet request, told whether the node locks were taken;
+  // nullptr for the preparer's own passes.
+  common::StatusOr<Held> Hold(RequestRecord* record) const;
 
   const ClaimPreparerOptions options_;
   const ClaimReader& claims_;

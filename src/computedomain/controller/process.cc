@@ -12,8 +12,7 @@
 #include "common/metrics.h"
 #include "common/metrics_server.h"
 #include "computedomain/controller/controller.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
+#include "k8s/client_from_flags.h"
 #include "k8s/leader_election.h"
 
 namespace nvdra::computedomain::controller {
@@ -52,13 +51,10 @@ common::Status RunControllerProcess(const ControllerConfig& config, common::Feat
   common::StatusOr<Templates> templates = Templates::Load(config.templates_dir);
   if (!templates.ok() && !config.imex.host_managed()) return templates.status().WithContext("read the templates");
 
-  common::StatusOr<k8s::RestConfig> rest = k8s::LoadConfig(k8s::ConfigSourcesFromEnvironment(config.kube_client));
-  if (!rest.ok()) return rest.status().WithContext("load the API server configuration");
   k8s::ClientOptions client_options;
   // Below the renew deadline, so one hung request cannot keep a stale leader.
   client_options.request_timeout = std::chrono::seconds(8);
-  common::StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*rest, client_options);
-  if (!client.ok()) return client.status().WithContext("create the API client");
+  ASSIGN_OR_RETURN(std::unique_ptr<k8s::Client> client, k8s::ClientFromFlags(config.kube_client, "", client_options));
 
   // Served by every replica (standbys report nothing but are scrapable).
   common::MetricsRegistry metrics;
@@ -90,7 +86,7 @@ common::Status RunControllerProcess(const ControllerConfig& config, common::Feat
   // Runs one controller until `stop`; a failure ends the process.
   common::Status outcome = common::OkStatus();
   auto lead = [&](std::stop_token stop) {
-    auto controller = Controller::New(**client, options);
+    auto controller = Controller::New(*client, options);
     common::Status status = controller.ok() ? (*controller)->Run(stop) : controller.status();
     if (!status.ok()) {
       outcome = status;
@@ -104,7 +100,7 @@ common::Status RunControllerProcess(const ControllerConfig& config, common::Feat
   k8s::LeaderElectionConfig election = ElectionConfig(config);
   election.on_started_leading = lead;
   common::StatusOr<std::unique_ptr<k8s::LeaderElector>> elector =
-      k8s::LeaderElector::New(client->get(), std::move(election));
+      k8s::LeaderElector::New(client.get(), std::move(election));
   if (!elector.ok()) return elector.status().WithContext("set up leader election");
   common::Status status = (*elector)->Run(signals.token());
   if (!status.ok() && outcome.ok()) outcome = status;

@@ -13,11 +13,6 @@ using common::StatusOr;
 using kubeletplugin::CdiContainerEdits;
 using kubeletplugin::CdiDeviceNode;
 
-namespace {
-constexpr std::string_view kDeviceClass = "device";
-constexpr std::string_view kImexChannelsDevice = "nvidia-caps-imex-channels";
-}  // namespace
-
 std::string BaseSpecDeviceId() { return kubeletplugin::QualifiedCdiDeviceName(kCdCdiVendor, kDeviceClass, "all"); }
 
 CdCdi::CdCdi(CdCdiOptions options) : options_(std::move(options)), writer_(options_.cdi_root) {}

@@ -32,6 +32,10 @@
 namespace nvdra::computedomain {
 
 inline constexpr std::string_view kCdCdiVendor = "k8s.compute-domain.nvidia.com";
+// The base spec's class ("k8s.compute-domain.nvidia.com/device=all").
+inline constexpr std::string_view kDeviceClass = "device";
+// The IMEX channels' character device in /proc/devices and its /dev folder.
+inline constexpr std::string_view kImexChannelsDevice = "nvidia-caps-imex-channels";
 // "k8s.compute-domain.nvidia.com/device=all": the base spec's one device.
 std::string BaseSpecDeviceId();
 

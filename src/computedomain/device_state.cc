@@ -26,9 +26,6 @@ using common::StatusOr;
 
 namespace {
 
-constexpr std::string_view kChannelType = "channel";
-constexpr std::string_view kDaemonType = "daemon";
-
 // "channel-7" -> 7 (type "channel"); nullopt for anything else.
 std::optional<int> IdOf(std::string_view device, std::string_view type) {
   const std::string prefix = fmt::format("{}-", type);
@@ -93,7 +90,7 @@ std::vector<std::string> CdDeviceState::PublishedDeviceNames() const {
   std::vector<std::string> names;
   const int channels = options_.channel_isolation ? options_.channel_count : 1;
   for (int id = 0; id < channels; ++id) names.push_back(fmt::format("{}-{}", kChannelType, id));
-  if (!options_.host_managed) names.emplace_back("daemon-0");
+  if (!options_.host_managed) names.push_back(fmt::format("{}-0", kDaemonType));
   return names;
 }
 
@@ -105,7 +102,7 @@ StatusOr<api::ConfigKind> CdDeviceState::ConfigKindOf(const std::string& device)
   if (std::optional<int> id = IdOf(device, kChannelType); id && *id < kMaxImexChannelCount) {
     return api::ConfigKind::kComputeDomainChannelConfig;
   }
-  if (device == "daemon-0") {
+  if (device == fmt::format("{}-0", kDaemonType)) {
     if (!options_.host_managed) return api::ConfigKind::kComputeDomainDaemonConfig;
     return common::FailedPreconditionError(
         "device daemon-0: ComputeDomain daemon claims are not supported with --imex-mode=hostManaged (the host "

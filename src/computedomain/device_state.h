@@ -69,6 +69,12 @@ namespace nvdra::computedomain {
 inline constexpr std::string_view kDriverName = "compute-domain.nvidia.com";
 inline constexpr std::string_view kComputeDomainNodeLabel = "resource.nvidia.com/computeDomain";
 
+// The plugin's two device types: device names "channel-<n>" and "daemon-0",
+// and the Type of their checkpoint config state (upstream's
+// ComputeDomainChannelType and ComputeDomainDaemonType).
+inline constexpr std::string_view kChannelType = "channel";
+inline constexpr std::string_view kDaemonType = "daemon";
+
 struct CdDeviceStateOptions {
   std::string node_name;
   bool host_managed = false;  // --imex-mode=hostManaged

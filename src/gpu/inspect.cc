@@ -1,22 +1,19 @@
 #include "gpu/inspect.h"
 
+#include <string>
 #include <utility>
+
+#include "gpu/mig_profile.h"
 
 namespace nvdra::gpu {
 namespace {
 
 nlohmann::json ProfileToJson(const nvml::GpuInstanceProfile& gi) {
-  return {{"id", gi.id},
-          {"nvmlName", gi.name},
-          {"sliceCount", gi.slice_count},
-          {"instanceCount", gi.instance_count},
-          {"multiprocessors", gi.multiprocessor_count},
-          {"copyEngines", gi.copy_engine_count},
-          {"decoders", gi.decoder_count},
-          {"encoders", gi.encoder_count},
-          {"jpegEngines", gi.jpeg_count},
-          {"ofaEngines", gi.ofa_count},
-          {"memoryMiB", gi.memory_size_mb}};
+  nlohmann::json out = {
+      {"id", gi.id}, {"nvmlName", gi.name}, {"sliceCount", gi.slice_count}, {"instanceCount", gi.instance_count}};
+  for (const MigProfileCount& count : kMigProfileCounts) out[std::string(count.name)] = gi.*count.field;
+  out["memoryMiB"] = gi.memory_size_mb;
+  return out;
 }
 
 }  // namespace

@@ -13,12 +13,15 @@
 //
 // Thread-safety: values and pure functions.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "nvml/library.h"
 
 namespace nvdra::gpu {
 
@@ -68,5 +71,21 @@ common::StatusOr<MigDeviceNameParts> ParseMigDeviceName(const std::string& name)
 
 // "gpu-<minor>".
 std::string GpuDeviceName(std::uint32_t minor);
+
+// The engine counts of a GPU instance profile, by the names upstream gives
+// them in MIG devices' capacities (CommonCapacitiesMig); nvidia-dra-inspect
+// reports them under the same names.
+struct MigProfileCount {
+  std::string_view name;
+  std::uint32_t nvml::GpuInstanceProfile::*field;
+};
+inline constexpr std::array<MigProfileCount, 6> kMigProfileCounts = {{
+    {"multiprocessors", &nvml::GpuInstanceProfile::multiprocessor_count},
+    {"copyEngines", &nvml::GpuInstanceProfile::copy_engine_count},
+    {"decoders", &nvml::GpuInstanceProfile::decoder_count},
+    {"encoders", &nvml::GpuInstanceProfile::encoder_count},
+    {"jpegEngines", &nvml::GpuInstanceProfile::jpeg_count},
+    {"ofaEngines", &nvml::GpuInstanceProfile::ofa_count},
+}};
 
 }  // namespace nvdra::gpu

@@ -54,15 +54,10 @@ void AddParentAttributes(const GpuInfo& gpu, const NodeVersions& node, const Gpu
 
 // The seven per-profile dimensions (CommonCapacitiesMig upstream).
 std::map<std::string, std::int64_t> MigCapacities(const nvml::GpuInstanceProfile& gi) {
-  return {
-      {"multiprocessors", gi.multiprocessor_count},
-      {"copyEngines", gi.copy_engine_count},
-      {"decoders", gi.decoder_count},
-      {"encoders", gi.encoder_count},
-      {"jpegEngines", gi.jpeg_count},
-      {"ofaEngines", gi.ofa_count},
-      {"memory", static_cast<std::int64_t>(gi.memory_size_mb) * kMiB},
-  };
+  std::map<std::string, std::int64_t> out;
+  for (const MigProfileCount& count : kMigProfileCounts) out[std::string(count.name)] = gi.*count.field;
+  out["memory"] = static_cast<std::int64_t>(gi.memory_size_mb) * kMiB;
+  return out;
 }
 
 // "copyEngines" -> "copy-engines": counters use DNS labels.

@@ -14,11 +14,8 @@
 #include "computedomain/domain_watch.h"
 #include "drivercdi/hook_install.h"
 #include "k8s/client_from_flags.h"
-#include "kubeletplugin/boot_id.h"
-#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_host.h"
 #include "kubeletplugin/plugin_lifecycle.h"
-#include "kubeletplugin/plugin_server.h"
-#include "kubeletplugin/resource_slice_publisher.h"
 #include "nvml/fabric.h"
 #include "nvml/library.h"
 
@@ -31,15 +28,12 @@ using common::StatusOr;
 // preparer and the state it calls.
 struct ComputeDomainKubeletPlugin::Parts {
   std::unique_ptr<k8s::Client> client;
-  std::unique_ptr<kubeletplugin::ApiClaimReader> claim_reader;
   std::unique_ptr<nvml::Library> nvml;
   nvml::CliqueOptions clique_options;
   std::unique_ptr<CdCdi> cdi;
   std::unique_ptr<DomainWatch> watch;
   std::unique_ptr<CdDeviceState> device_state;
-  std::unique_ptr<kubeletplugin::ResourceSlicePublisher> publisher;
-  std::unique_ptr<kubeletplugin::ClaimPreparer> preparer;
-  std::unique_ptr<kubeletplugin::PluginServer> server;
+  std::unique_ptr<kubeletplugin::PluginHost> host;
   PluginEnvironment environment;
   std::string node_name;
   bool clique_label = false;
@@ -123,9 +117,7 @@ ComputeDomainKubeletPlugin::ComputeDomainKubeletPlugin(std::unique_ptr<Parts> pa
 ComputeDomainKubeletPlugin::~ComputeDomainKubeletPlugin() {
   if (!parts_) return;
   if (parts_->watch) parts_->watch->Cancel();  // waiting Prepare calls answer now
-  parts_->server.reset();
-  parts_->preparer.reset();
-  parts_->publisher.reset();
+  parts_->host.reset();
   if (parts_->watch) parts_->watch->SetDomainDeletedHandler(nullptr);
   parts_->device_state.reset();
   parts_->watch.reset();
@@ -193,44 +185,31 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   // come while it still existed: the workload left first).
   parts->watch->SetDomainDeletedHandler([state = parts->device_state.get()] { state->RemoveStaleDomainDirs(); });
 
-  ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
-  parts->claim_reader = std::make_unique<kubeletplugin::ApiClaimReader>(*parts->client);
-  ASSIGN_OR_RETURN(parts->preparer, kubeletplugin::ClaimPreparer::Create(
-                                        {.driver_name = driver,
-                                         .plugin_dir = plugin_dir,
-                                         .boot_id = boot_id,
-                                         .record_aborted = true,
-                                         .ready_wait = environment.ready_wait},
-                                        *parts->claim_reader, *parts->device_state));
-
-  kubeletplugin::DesiredSlice slice;
-  for (const std::string& name : parts->device_state->PublishedDeviceNames()) {
-    slice.devices.push_back(PublishedDevice(name));
-  }
-  kubeletplugin::DriverResources resources;
-  resources.pools[config.plugin.node_name].slices.push_back(std::move(slice));
-  kubeletplugin::PublisherOptions publisher_options;
-  publisher_options.driver_name = driver;
-  publisher_options.node_name = config.plugin.node_name;
-  ASSIGN_OR_RETURN(parts->publisher, kubeletplugin::ResourceSlicePublisher::Start(*parts->client, publisher_options));
-  parts->publisher->Update(std::move(resources));
-
   if (config.gpu_clique_label_enabled && !clique_id.empty()) {
     RETURN_IF_ERROR(PatchCliqueLabel(*parts->client, config.plugin.node_name, clique_id));
     parts->clique_label = true;
   }
 
+  kubeletplugin::PluginHostOptions host_options;
+  host_options.preparer.record_aborted = true;
+  host_options.preparer.ready_wait = environment.ready_wait;
+  host_options.boot_id_file = environment.boot_id_file;
+  kubeletplugin::DesiredSlice slice;
+  for (const std::string& name : parts->device_state->PublishedDeviceNames()) {
+    slice.devices.push_back(PublishedDevice(name));
+  }
+  host_options.resources.pools[config.plugin.node_name].slices.push_back(std::move(slice));
   // Before serving, so no Prepare runs meanwhile.
-  auto release_unused_label = [&parts] {
-    StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint();
+  host_options.after_reconcile = [state = parts->device_state.get()](kubeletplugin::ClaimPreparer& preparer) {
+    StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
-    if (Status s = parts->device_state->RemoveUnusedNodeLabel(*checkpoint); !s.ok()) {
+    if (Status s = state->RemoveUnusedNodeLabel(*checkpoint); !s.ok()) {
       LOG_ERROR("cannot remove the node's unused ComputeDomain label", {{"err", s}});
     }
-    parts->device_state->RemoveStaleDomainDirs();
+    state->RemoveStaleDomainDirs();
   };
-  ASSIGN_OR_RETURN(parts->server, kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir,
-                                                                    *parts->preparer, release_unused_label));
+  ASSIGN_OR_RETURN(parts->host, kubeletplugin::PluginHost::Start(config.plugin, driver, *parts->client,
+                                                                 *parts->device_state, std::move(host_options)));
   return std::unique_ptr<ComputeDomainKubeletPlugin>(new ComputeDomainKubeletPlugin(std::move(parts)));
 }
 
@@ -255,7 +234,7 @@ void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
     std::set<std::string> domains = parts_->watch->DaemonDomains();
     // Nothing to look at (the common case) costs no lock and no request.
     if (domains.empty()) return;
-    Status s = parts_->preparer->WithCheckpoint([&](const kubeletplugin::Checkpoint& checkpoint) {
+    Status s = parts_->host->preparer().WithCheckpoint([&](const kubeletplugin::Checkpoint& checkpoint) {
       return parts_->device_state->ReleaseUnusedNodeLabel(checkpoint, domains);
     });
     if (!s.ok()) LOG_ERROR("cannot release the node's unused ComputeDomain label", {{"err", s}});
@@ -263,7 +242,7 @@ void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
   // hostManaged: no daemons, so no domains and nothing to do.
   kubeletplugin::RunPeriodic(
       stop, {{parts_->environment.clique_refresh_interval, refresh_clique},
-             kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval),
+             kubeletplugin::ReconcileTask(parts_->host->preparer(), parts_->environment.reconcile_interval),
              {parts_->environment.unused_label_check_interval, release_unused_label}});
 }
 

@@ -16,12 +16,9 @@
 #include "gpu/discovery.h"
 #include "gpu/published_devices.h"
 #include "k8s/client_from_flags.h"
-#include "kubeletplugin/boot_id.h"
-#include "kubeletplugin/claim_preparer.h"
+#include "kubeletplugin/plugin_host.h"
 #include "kubeletplugin/plugin_lifecycle.h"
 #include "kubeletplugin/plugin_metrics.h"
-#include "kubeletplugin/plugin_server.h"
-#include "kubeletplugin/resource_slice_publisher.h"
 #include "nvml/library.h"
 
 namespace nvdra::gpu {
@@ -29,19 +26,16 @@ namespace nvdra::gpu {
 using common::Status;
 using common::StatusOr;
 
-// Declared in destruction order's reverse: the server goes first, so no
-// kubelet call reaches a half-destroyed preparer.
+// Declared in destruction order's reverse: the host (its server first) goes
+// before the device state and CDI writer its calls use.
 struct GpuKubeletPlugin::Parts {
   std::unique_ptr<common::MetricsRegistry> metrics_registry;
   std::unique_ptr<kubeletplugin::PluginMetrics> metrics;
   std::unique_ptr<k8s::Client> client;
-  std::unique_ptr<kubeletplugin::ApiClaimReader> claim_reader;
   std::unique_ptr<nvml::Library> nvml;
   std::unique_ptr<GpuCdi> cdi;
   std::unique_ptr<GpuDeviceState> device_state;
-  std::unique_ptr<kubeletplugin::ResourceSlicePublisher> publisher;
-  std::unique_ptr<kubeletplugin::ClaimPreparer> preparer;
-  std::unique_ptr<kubeletplugin::PluginServer> server;
+  std::unique_ptr<kubeletplugin::PluginHost> host;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
   PluginEnvironment environment;
 };
@@ -73,12 +67,7 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
 // ships next to the plugin binary (or in /usr/bin, as in upstream's image).
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
-GpuKubeletPlugin::~GpuKubeletPlugin() {
-  if (!parts_) return;
-  parts_->server.reset();
-  parts_->preparer.reset();
-  parts_->publisher.reset();
-}
+GpuKubeletPlugin::~GpuKubeletPlugin() = default;
 
 StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const PluginConfig& config,
                                                                    const common::FeatureGates& gates,
@@ -125,43 +114,32 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   ASSIGN_OR_RETURN(parts->cdi, GpuCdi::Create(cdi_options));
   parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi);
 
-  ASSIGN_OR_RETURN(std::string boot_id, kubeletplugin::ReadBootId(environment.boot_id_file));
-  parts->claim_reader = std::make_unique<kubeletplugin::ApiClaimReader>(*parts->client);
-  ASSIGN_OR_RETURN(parts->preparer,
-                   kubeletplugin::ClaimPreparer::Create(
-                       {.driver_name = driver, .plugin_dir = plugin_dir, .boot_id = boot_id,
-                        .metrics = parts->metrics.get()},
-                       *parts->claim_reader, *parts->device_state));
-
-  kubeletplugin::PublisherOptions publisher_options;
-  publisher_options.driver_name = driver;
-  publisher_options.node_name = config.plugin.node_name;
-  ASSIGN_OR_RETURN(parts->publisher,
-                   kubeletplugin::ResourceSlicePublisher::Start(*parts->client, publisher_options));
-  parts->publisher->Update(SlicesFor(config.plugin.node_name, published));
-
+  kubeletplugin::PluginHostOptions host_options;
+  host_options.preparer.metrics = parts->metrics.get();
+  host_options.boot_id_file = environment.boot_id_file;
+  host_options.resources = SlicesFor(config.plugin.node_name, published);
   // Specs of claims the checkpoint no longer has (discarded after a reboot
   // when the CDI root is on disk) would otherwise stay forever.
-  auto remove_orphaned_specs = [&parts] {
-    StatusOr<kubeletplugin::Checkpoint> checkpoint = parts->preparer->ReadCheckpoint();
+  host_options.after_reconcile = [cdi = parts->cdi.get()](kubeletplugin::ClaimPreparer& preparer) {
+    StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
     std::set<std::string> prepared;
     for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
-    StatusOr<int> removed = parts->cdi->RemoveOrphanedClaimSpecs(prepared);
+    StatusOr<int> removed = cdi->RemoveOrphanedClaimSpecs(prepared);
     if (!removed.ok()) {
       LOG_ERROR("cannot remove CDI specs of unknown claims", {{"err", removed.status()}});
     } else if (*removed > 0) {
       LOG_INFO(0, "removed CDI specs of claims not in the checkpoint", {{"count", *removed}});
     }
   };
-  ASSIGN_OR_RETURN(parts->server, kubeletplugin::ReconcileThenServe(config.plugin, driver, plugin_dir,
-                                                                    *parts->preparer, remove_orphaned_specs));
+  ASSIGN_OR_RETURN(parts->host, kubeletplugin::PluginHost::Start(config.plugin, driver, *parts->client,
+                                                                 *parts->device_state, std::move(host_options)));
   return std::unique_ptr<GpuKubeletPlugin>(new GpuKubeletPlugin(std::move(parts)));
 }
 
 void GpuKubeletPlugin::Run(std::stop_token stop) {
   kubeletplugin::RunPeriodic(
-      stop, {kubeletplugin::ReconcileTask(*parts_->preparer, parts_->environment.reconcile_interval)});
+      stop, {kubeletplugin::ReconcileTask(parts_->host->preparer(), parts_->environment.reconcile_interval)});
 }
 
 }  // namespace nvdra::gpu

@@ -38,7 +38,7 @@ StatusOr<std::unique_ptr<HttpServing>> HttpServing::Start(httplib::Server& serve
   // counts as running: the "serving" event Start waits for.
   server.new_task_queue = [raw, threads] {
     {
-      std::lock_guard<std::mutex> lock(raw->mu_);
+      MutexLock lock(raw->mu_);
       raw->serving_ = true;
     }
     raw->cv_.notify_all();
@@ -66,14 +66,14 @@ StatusOr<std::unique_ptr<HttpServing>> HttpServing::Start(httplib::Server& serve
       LOG_ERROR("stopped serving", {{"server", raw->what_}, {"address", raw->address()}});
     }
     {
-      std::lock_guard<std::mutex> lock(raw->mu_);
+      MutexLock lock(raw->mu_);
       raw->listen_returned_ = true;
     }
     raw->cv_.notify_all();
   });
   {
-    std::unique_lock<std::mutex> lock(raw->mu_);
-    raw->cv_.wait(lock, [raw] { return raw->serving_ || raw->listen_returned_; });
+    MutexLock lock(raw->mu_);
+    raw->cv_.wait(lock.native(), [raw]() REQUIRES(raw->mu_) { return raw->serving_ || raw->listen_returned_; });
   }
   return serving;
 }
@@ -81,14 +81,14 @@ StatusOr<std::unique_ptr<HttpServing>> HttpServing::Start(httplib::Server& serve
 HttpServing::~HttpServing() {
   if (!thread_.joinable()) return;
   // A stop() before httplib counts as running is lost: repeat it.
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!listen_returned_) {
-    lock.unlock();
+    lock.Unlock();
     server_.stop();
-    lock.lock();
-    cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return listen_returned_; });
+    lock.Lock();
+    cv_.wait_for(lock.native(), std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return listen_returned_; });
   }
-  lock.unlock();
+  lock.Unlock();
   thread_.join();
 }
 

@@ -19,12 +19,13 @@
 #include <condition_variable>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace httplib {
 class Server;
@@ -55,10 +56,10 @@ class HttpServing {
   const std::string what_;
   std::string host_;
   int port_ = 0;
-  std::mutex mu_;  // guards serving_ and listen_returned_
+  Mutex mu_;
   std::condition_variable cv_;
-  bool serving_ = false;          // httplib runs its accept loop; stop() takes effect
-  bool listen_returned_ = false;  // the serving thread is done
+  bool serving_ GUARDED_BY(mu_) = false;          // httplib runs its accept loop; stop() takes effect
+  bool listen_returned_ GUARDED_BY(mu_) = false;  // the serving thread is done
   std::jthread thread_;
 };
 

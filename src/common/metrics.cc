@@ -163,7 +163,7 @@ MetricCell* MetricFamily::Series(std::vector<std::string> label_values) {
     Die(name_ + ": " + std::to_string(label_values.size()) + " label values for " +
         std::to_string(label_names_.size()) + " labels");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto [it, inserted] = series_.try_emplace(std::move(label_values));
   if (inserted) {
     it->second = std::make_unique<MetricCell>();
@@ -173,7 +173,7 @@ MetricCell* MetricFamily::Series(std::vector<std::string> label_values) {
 }
 
 void MetricFamily::Render(std::string& out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (series_.empty()) return;  // as client_golang: no series, no HELP/TYPE either
 
   // Label pairs are written sorted by name; series sorted by their values in
@@ -227,27 +227,27 @@ void MetricFamily::Render(std::string& out) const {
 
 void Counter::Inc(double delta) {
   if (delta < 0) Die(family_->name() + ": a counter cannot decrease");
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   cell_->value += delta;
 }
 
 double Counter::Value() const {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   return cell_->value;
 }
 
 void Gauge::Set(double value) {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   cell_->value = value;
 }
 
 void Gauge::Add(double delta) {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   cell_->value += delta;
 }
 
 double Gauge::Value() const {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   return cell_->value;
 }
 
@@ -255,19 +255,19 @@ void Histogram::Observe(double value) {
   const std::vector<double>& bounds = family_->bounds();
   // First bound >= value: Prometheus buckets are "less than or equal".
   const auto index = static_cast<std::size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   if (index < bounds.size()) ++cell_->buckets[index];
   ++cell_->count;
   cell_->value += value;
 }
 
 std::uint64_t Histogram::Count() const {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   return cell_->count;
 }
 
 double Histogram::Sum() const {
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   return cell_->value;
 }
 
@@ -277,7 +277,7 @@ std::uint64_t Histogram::CumulativeCount(double upper_bound) const {
   const auto it = std::find(bounds.begin(), bounds.end(), upper_bound);
   if (it == bounds.end()) Die(family_->name() + ": no bucket with upper bound " + FormatMetricValue(upper_bound));
   const auto end = static_cast<std::size_t>(it - bounds.begin()) + 1;
-  std::lock_guard<std::mutex> lock(family_->mutex());
+  MutexLock lock(family_->mutex());
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < end; ++i) cumulative += cell_->buckets[i];
   return cumulative;
@@ -326,7 +326,7 @@ MetricFamily* MetricsRegistry::Add(std::string name, std::string help, MetricTyp
       if (label_names[j] == label) Die(name + ": label \"" + label + "\" given twice");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = families_.find(name); it != families_.end()) {
     const MetricFamily& existing = *it->second;
     if (existing.type() != type || existing.help() != help || existing.label_names() != label_names ||
@@ -343,7 +343,7 @@ MetricFamily* MetricsRegistry::Add(std::string name, std::string help, MetricTyp
 
 std::string MetricsRegistry::Render() const {
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const auto& [name, family] : families_) family->Render(out);
   return out;
 }

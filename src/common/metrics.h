@@ -28,10 +28,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace nvdra::common {
 
@@ -68,15 +70,16 @@ class MetricFamily {
 
   // The series with these label values (in label_names order), created at
   // zero if new. Aborts on a wrong number of values.
-  MetricCell* Series(std::vector<std::string> label_values);
-  void Render(std::string& out) const;
+  MetricCell* Series(std::vector<std::string> label_values) EXCLUDES(mu_);
+  void Render(std::string& out) const EXCLUDES(mu_);
 
   const std::string& name() const { return name_; }
   const std::string& help() const { return help_; }
   MetricType type() const { return type_; }
   const std::vector<std::string>& label_names() const { return label_names_; }
   const std::vector<double>& bounds() const { return bounds_; }
-  std::mutex& mutex() const { return mu_; }
+  // Guards the contents of every cell Series returned.
+  Mutex& mutex() const RETURN_CAPABILITY(mu_) { return mu_; }
 
  private:
   const std::string name_;
@@ -84,9 +87,9 @@ class MetricFamily {
   const MetricType type_;
   const std::vector<std::string> label_names_;
   const std::vector<double> bounds_;  // histogram upper bounds, without +Inf
-  mutable std::mutex mu_;             // guards series_ and every cell's contents
+  mutable Mutex mu_;  // guards series_ and every cell's contents
   // Keyed by label values; cells are boxed so handles survive rehashing.
-  std::map<std::vector<std::string>, std::unique_ptr<MetricCell>> series_;
+  std::map<std::vector<std::string>, std::unique_ptr<MetricCell>> series_ GUARDED_BY(mu_);
 };
 }  // namespace internal
 
@@ -101,7 +104,7 @@ class Counter {
   friend class CounterFamily;
   Counter(internal::MetricFamily* family, internal::MetricCell* cell) : family_(family), cell_(cell) {}
   internal::MetricFamily* family_;
-  internal::MetricCell* cell_;
+  internal::MetricCell* cell_ PT_GUARDED_BY(family_->mutex());
 };
 
 // A handle to one gauge series. Copyable; valid while its registry lives.
@@ -117,7 +120,7 @@ class Gauge {
   friend class GaugeFamily;
   Gauge(internal::MetricFamily* family, internal::MetricCell* cell) : family_(family), cell_(cell) {}
   internal::MetricFamily* family_;
-  internal::MetricCell* cell_;
+  internal::MetricCell* cell_ PT_GUARDED_BY(family_->mutex());
 };
 
 // A handle to one histogram series. Copyable; valid while its registry lives.
@@ -136,7 +139,7 @@ class Histogram {
   friend class HistogramFamily;
   Histogram(internal::MetricFamily* family, internal::MetricCell* cell) : family_(family), cell_(cell) {}
   internal::MetricFamily* family_;
-  internal::MetricCell* cell_;
+  internal::MetricCell* cell_ PT_GUARDED_BY(family_->mutex());
 };
 
 // Families: WithLabels returns the series with these values, in the order of
@@ -190,14 +193,14 @@ class MetricsRegistry {
                                std::vector<double> buckets);
 
   // Every family with at least one series, in text format 0.0.4.
-  std::string Render() const;
+  std::string Render() const EXCLUDES(mu_);
 
  private:
   internal::MetricFamily* Add(std::string name, std::string help, internal::MetricType type,
-                              std::vector<std::string> label_names, std::vector<double> buckets);
+                              std::vector<std::string> label_names, std::vector<double> buckets) EXCLUDES(mu_);
 
-  mutable std::mutex mu_;  // guards families_ (not their contents)
-  std::map<std::string, std::unique_ptr<internal::MetricFamily>, std::less<>> families_;
+  mutable Mutex mu_;  // guards families_ (not their contents)
+  std::map<std::string, std::unique_ptr<internal::MetricFamily>, std::less<>> families_ GUARDED_BY(mu_);
 };
 
 }  // namespace nvdra::common

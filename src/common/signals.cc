@@ -78,9 +78,9 @@ ShutdownSignals::~ShutdownSignals() {
 void ShutdownSignals::RequestStop() { stop_source_.request_stop(); }
 
 int ShutdownSignals::WaitForShutdown() {
-  std::unique_lock lock(wait_mutex_);
+  MutexLock lock(wait_mutex_);
   // Wakes when the stop is requested; the predicate alone never holds.
-  wait_cv_.wait(lock, stop_source_.get_token(), [] { return false; });
+  wait_cv_.wait(lock.native(), stop_source_.get_token(), [] { return false; });
   return signal_.load();
 }
 

@@ -23,10 +23,10 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
 
@@ -84,7 +84,7 @@ class ShutdownSignals {
   // Provide their own synchronization.
   std::stop_source stop_source_;
   std::atomic<int> signal_{0};
-  std::mutex wait_mutex_;  // used only by WaitForShutdown's condition variable
+  Mutex wait_mutex_;  // guards no data: WaitForShutdown's condition variable needs one
   std::condition_variable_any wait_cv_;
 
   // Last: stopped and joined before the members it uses are destroyed.

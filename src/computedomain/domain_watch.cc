@@ -132,25 +132,25 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
 }
 
 void DomainWatch::SetDomainDeletedHandler(std::function<void()> handler) {
-  std::lock_guard<std::mutex> lock(handler_mu_);
+  common::MutexLock lock(handler_mu_);
   deleted_handler_ = std::move(handler);
 }
 
 void DomainWatch::DomainDeleted() {
-  std::lock_guard<std::mutex> lock(handler_mu_);
+  common::MutexLock lock(handler_mu_);
   if (deleted_handler_) deleted_handler_();
 }
 
 void DomainWatch::Notify() {
   // Taking the mutex orders the notification after a waiter's check, so a
   // change between its check and its wait is not lost.
-  { std::lock_guard<std::mutex> lock(mu_); }
+  { common::MutexLock lock(mu_); }
   changed_.notify_all();
 }
 
 void DomainWatch::Cancel() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(mu_);
     cancelled_ = true;
   }
   changed_.notify_all();
@@ -205,11 +205,11 @@ bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& cli
 }
 
 bool DomainWatch::WaitFor(const std::function<bool()>& condition, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  common::MutexLock lock(mu_);
   while (true) {
     if (condition()) return true;
     if (cancelled_) return false;
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return condition();
+    if (changed_.wait_until(lock.native(), deadline) == std::cv_status::timeout) return condition();
   }
 }
 

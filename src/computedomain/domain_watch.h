@@ -30,12 +30,13 @@
 #include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/cache/informer.h"
 #include "k8s/client.h"
 #include "k8s/objects/compute_domain.h"
@@ -79,31 +80,32 @@ class DomainWatch {
   // Blocks until `condition()` is true (checked now and after every informer
   // event), `deadline`, or Cancel(). Returns the last value of condition().
   // `condition` runs with an internal mutex held and must only read caches.
-  bool WaitFor(const std::function<bool()>& condition, std::chrono::steady_clock::time_point deadline);
+  bool WaitFor(const std::function<bool()>& condition, std::chrono::steady_clock::time_point deadline)
+      EXCLUDES(mu_);
 
   // Ends every current and future WaitFor. Idempotent.
-  void Cancel();
+  void Cancel() EXCLUDES(mu_);
 
   // Calls `handler` on the informer's dispatch thread after a ComputeDomain
   // was deleted (the cache no longer holds it). Replaces an earlier handler;
   // an empty one removes it, returning after a call in progress finished.
   // `handler` must be quick and must not call back into this method.
-  void SetDomainDeletedHandler(std::function<void()> handler);
+  void SetDomainDeletedHandler(std::function<void()> handler) EXCLUDES(handler_mu_);
 
  private:
   explicit DomainWatch(DomainWatchOptions options);
-  void Notify();
+  void Notify() EXCLUDES(mu_);
 
-  void DomainDeleted();
+  void DomainDeleted() EXCLUDES(handler_mu_);
   // This node's live daemon pod of `cd` in `clique_id` says Ready.
   bool DaemonPodReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
 
   const DomainWatchOptions options_;
-  std::mutex handler_mu_;  // guards deleted_handler_ and its calls
-  std::function<void()> deleted_handler_;
-  std::mutex mu_;  // guards cancelled_; pairs with changed_
+  common::Mutex handler_mu_;  // guards deleted_handler_ and its calls
+  std::function<void()> deleted_handler_ GUARDED_BY(handler_mu_);
+  common::Mutex mu_;  // guards cancelled_; pairs with changed_
   std::condition_variable changed_;
-  bool cancelled_ = false;
+  bool cancelled_ GUARDED_BY(mu_) = false;
   // Last: they stop (joining their threads) before the members above go.
   std::unique_ptr<k8s::cache::Informer> domains_;
   std::unique_ptr<k8s::cache::Informer> cliques_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -121,7 +122,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
       return;
     }
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       clique_ = object ? std::optional<json>(*object) : std::nullopt;
       clique_dirty_ = true;
     }
@@ -157,7 +158,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
     std::optional<json> clique;
     bool dirty = false;
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       if (clique_dirty_) {
         clique = clique_;
         dirty = true;
@@ -328,7 +329,7 @@ void ImexDaemon::StartImex() {
   imex_ = std::move(*child);
   imex_started_at_ = now;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     ++imex_generation_;
     imex_running_ = true;
   }
@@ -342,7 +343,7 @@ void ImexDaemon::StopImex() {
   const common::ExitInfo exit = imex_->Terminate(options_.stop_grace);
   imex_.reset();
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     ++imex_generation_;
     imex_running_ = false;
     ready_ = false;
@@ -360,7 +361,7 @@ void ImexDaemon::OnImexExited() {
               {{"exit", exit->ToString()}, {"retryInMs", restart_backoff_.count()}});
   imex_.reset();
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     ++imex_generation_;
     imex_running_ = false;
     ready_ = false;
@@ -378,7 +379,7 @@ void ImexDaemon::PublishIfNeeded() {
   if (clique_deleted_) return;
   bool ready = false;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     ready = imex_running_ && ready_generation_ == imex_generation_ && ready_;
   }
   const std::string desired(ready ? kDaemonReady : kDaemonNotReady);
@@ -420,7 +421,7 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
     bool running = false;
     bool ready = false;
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       generation = imex_generation_;
       running = imex_running_;
       ready = running && ready_generation_ == generation && ready_;
@@ -433,7 +434,7 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
       }
       bool changed = false;
       {
-        std::lock_guard lock(mutex_);
+        common::MutexLock lock(mutex_);
         if (imex_generation_ == generation && (ready_generation_ != generation || ready_ != now_ready)) {
           ready_generation_ = generation;
           ready_ = now_ready;
@@ -447,8 +448,8 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
       ready = now_ready;
     }
     const milliseconds interval = running && !ready ? kNotReadyPollInterval : options_.ready_poll_interval;
-    std::unique_lock lock(mutex_);
-    poll_cv_.wait_for(lock, stop, interval, [&] { return imex_generation_ != generation; });
+    common::MutexLock lock(mutex_);
+    poll_cv_.wait_for(lock.native(), stop, interval, [&]() REQUIRES(mutex_) { return imex_generation_ != generation; });
   }
 }
 

@@ -47,7 +47,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -57,7 +56,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/child_process.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/unique_fd.h"
 #include "computedomain/clique_membership.h"
 #include "k8s/client.h"
@@ -145,14 +146,14 @@ class ImexDaemon {
   std::int64_t processed_version_ = 0;  // newest resourceVersion acted on (watch events or our apply)
 
   // Shared with the informer and poller threads.
-  std::mutex mutex_;  // guards the members below
+  common::Mutex mutex_;  // guards the members below
   std::condition_variable_any poll_cv_;
-  std::optional<nlohmann::json> clique_;  // the latest object; nullopt after a delete
-  bool clique_dirty_ = false;
-  std::uint64_t imex_generation_ = 0;  // bumped at each start and exit
-  bool imex_running_ = false;
-  std::uint64_t ready_generation_ = 0;  // the generation `ready_` is about
-  bool ready_ = false;
+  std::optional<nlohmann::json> clique_ GUARDED_BY(mutex_);  // the latest object; nullopt after a delete
+  bool clique_dirty_ GUARDED_BY(mutex_) = false;
+  std::uint64_t imex_generation_ GUARDED_BY(mutex_) = 0;  // bumped at each start and exit
+  bool imex_running_ GUARDED_BY(mutex_) = false;
+  std::uint64_t ready_generation_ GUARDED_BY(mutex_) = 0;  // the generation `ready_` is about
+  bool ready_ GUARDED_BY(mutex_) = false;
 
   // Last: stopped before the state they use goes.
   std::unique_ptr<k8s::cache::Informer> informer_;

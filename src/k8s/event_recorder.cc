@@ -78,7 +78,7 @@ EventRecorder::EventRecorder(Client* client, EventRecorderOptions options)
 EventRecorder::~EventRecorder() = default;
 
 EventRecorderStats EventRecorder::stats() const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   return stats_;
 }
 
@@ -89,7 +89,7 @@ void EventRecorder::Emit(const ObjectReference& regarding, EventType type, std::
   const workqueue::TimePoint now = options_.clock->Now();
   const std::string wall = FormatMicroTime(options_.wall_clock());
 
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   ++stats_.emitted;
   auto it = entries_.find(key);
   if (it != entries_.end() && now - it->second.last_seen <= options_.aggregation_window) {
@@ -167,13 +167,14 @@ bool EventRecorder::TakeToken(const std::string& object, workqueue::TimePoint no
 }
 
 bool EventRecorder::WaitIdle(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && deferred_.empty() && !in_flight_; });
+  common::MutexLock lock(mutex_);
+  return cv_.wait_for(lock.native(), timeout,
+                      [&]() REQUIRES(mutex_) { return queue_.empty() && deferred_.empty() && !in_flight_; });
 }
 
 void EventRecorder::Work(std::stop_token stop) {
   workqueue::Clock& clock = *options_.clock;
-  std::unique_lock lock(mutex_);
+  common::MutexLock lock(mutex_);
   while (!stop.stop_requested()) {
     const workqueue::TimePoint now = clock.Now();
     while (!deferred_.empty() && deferred_.begin()->first <= now) {
@@ -182,7 +183,7 @@ void EventRecorder::Work(std::stop_token stop) {
     }
     if (queue_.empty()) {
       const workqueue::TimePoint until = deferred_.empty() ? workqueue::TimePoint::max() : deferred_.begin()->first;
-      clock.WaitUntil(cv_, lock, until, stop, [&] { return !queue_.empty(); });
+      clock.WaitUntil(cv_, lock, until, stop, [&]() REQUIRES(mutex_) { return !queue_.empty(); });
       continue;
     }
     std::string key = std::move(queue_.front());
@@ -211,13 +212,13 @@ void EventRecorder::Work(std::stop_token stop) {
     }
     Entry snapshot = entry;
     in_flight_ = true;
-    lock.unlock();
+    lock.Unlock();
     try {
       Write(key, std::move(snapshot), stop);
     } catch (const std::exception& e) {  // e.g. a note that is not UTF-8, rejected by the JSON writer
       LOG_ERROR("event recorder: could not write an event", {{"err", e.what()}});
     }
-    lock.lock();
+    lock.Lock();
     in_flight_ = false;
     cv_.notify_all();
   }
@@ -257,7 +258,7 @@ void EventRecorder::Write(const std::string& key, Entry snapshot, std::stop_toke
     status = client_->Patch(resources::kEvents, ns, name, PatchType::kMerge, {{"series", series}}, {}, stop).status();
   }
 
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   auto it = entries_.find(key);
   const bool current = it != entries_.end() && it->second.generation == snapshot.generation;
   if (!status.ok()) {

@@ -37,7 +37,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -46,7 +45,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/client.h"
 #include "k8s/micro_time.h"
 #include "k8s/workqueue/clock.h"
@@ -111,13 +112,13 @@ class EventRecorder {
   // Records an event; never blocks on the API, never fails (see above).
   // The Event is created in regarding.namespace_ ("default" when empty).
   void Emit(const ObjectReference& regarding, EventType type, std::string_view reason, std::string_view action,
-            std::string_view note);
+            std::string_view note) EXCLUDES(mutex_);
 
   // Waits until no write is pending or in flight (deferred series updates
   // count as pending); false on timeout. For tests and orderly shutdown.
-  bool WaitIdle(std::chrono::milliseconds timeout);
+  bool WaitIdle(std::chrono::milliseconds timeout) EXCLUDES(mutex_);
 
-  EventRecorderStats stats() const;
+  EventRecorderStats stats() const EXCLUDES(mutex_);
 
  private:
   struct Entry {
@@ -139,24 +140,25 @@ class EventRecorder {
   };
 
   EventRecorder(Client* client, EventRecorderOptions options);
-  void Work(std::stop_token stop);
+  void Work(std::stop_token stop) EXCLUDES(mutex_);
   // Takes a token for `object`, or returns when the next one is due.
-  bool TakeToken(const std::string& object, workqueue::TimePoint now, workqueue::TimePoint* next);
-  void Write(const std::string& key, Entry snapshot, std::stop_token stop);
-  void EvictExpired(workqueue::TimePoint now);
+  bool TakeToken(const std::string& object, workqueue::TimePoint now, workqueue::TimePoint* next)
+      REQUIRES(mutex_);
+  void Write(const std::string& key, Entry snapshot, std::stop_token stop) EXCLUDES(mutex_);
+  void EvictExpired(workqueue::TimePoint now) REQUIRES(mutex_);
 
   Client* const client_;
   const EventRecorderOptions options_;
 
-  mutable std::mutex mutex_;
+  mutable common::Mutex mutex_;  // guards the members below
   std::condition_variable_any cv_;
-  std::unordered_map<std::string, Entry> entries_;            // guarded by mutex_
-  std::deque<std::string> queue_;                              // guarded by mutex_
-  std::multimap<workqueue::TimePoint, std::string> deferred_;  // guarded by mutex_
-  std::unordered_map<std::string, Bucket> buckets_;            // guarded by mutex_
-  bool in_flight_ = false;                                     // guarded by mutex_
-  std::uint64_t next_generation_ = 0;                          // guarded by mutex_
-  EventRecorderStats stats_;                                   // guarded by mutex_
+  std::unordered_map<std::string, Entry> entries_ GUARDED_BY(mutex_);
+  std::deque<std::string> queue_ GUARDED_BY(mutex_);
+  std::multimap<workqueue::TimePoint, std::string> deferred_ GUARDED_BY(mutex_);
+  std::unordered_map<std::string, Bucket> buckets_ GUARDED_BY(mutex_);
+  bool in_flight_ GUARDED_BY(mutex_) = false;
+  std::uint64_t next_generation_ GUARDED_BY(mutex_) = 0;
+  EventRecorderStats stats_ GUARDED_BY(mutex_);
 
   std::jthread worker_;  // last: stopped and joined before the members above go
 };

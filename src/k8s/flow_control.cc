@@ -12,7 +12,7 @@ RequestRateLimiter::RequestRateLimiter(double qps, int burst, workqueue::Clock& 
     : clock_(clock), bucket_(qps, static_cast<std::uint32_t>(std::max(burst, 1)), clock.Now()) {}
 
 workqueue::Duration RequestRateLimiter::Reserve() {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   return bucket_.Reserve(clock_.Now());
 }
 

@@ -14,10 +14,11 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <stop_token>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/workqueue/backoff.h"
 #include "k8s/workqueue/clock.h"
 #include "k8s/workqueue/rate_limiter.h"
@@ -33,7 +34,7 @@ class RequestRateLimiter {
   RequestRateLimiter(double qps, int burst, workqueue::Clock& clock = workqueue::RealClock());
 
   // Takes one token; returns how long the caller must wait before using it.
-  workqueue::Duration Reserve();
+  workqueue::Duration Reserve() EXCLUDES(mutex_);
 
   // Reserve() and wait it out on the clock. kCancelled when `stop` fires first
   // (the token is not given back: rare, and it keeps this simple).
@@ -41,8 +42,8 @@ class RequestRateLimiter {
 
  private:
   workqueue::Clock& clock_;
-  std::mutex mutex_;  // guards bucket_
-  workqueue::TokenBucket bucket_;
+  common::Mutex mutex_;  // guards bucket_
+  workqueue::TokenBucket bucket_ GUARDED_BY(mutex_);
 };
 
 // How RetryOnConflict paces its attempts.

@@ -75,7 +75,7 @@ LeaderElector::LeaderElector(Client* client, LeaderElectionConfig config)
 LeaderElector::~LeaderElector() = default;
 
 std::string LeaderElector::Leader() const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   return leader_;
 }
 
@@ -127,7 +127,7 @@ void LeaderElector::Observe(const json& lease, const LeaseRecord& record) {
   observed_record_ = record;
   if (record.holder_identity.empty()) return;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     if (leader_ == record.holder_identity) return;
     leader_ = record.holder_identity;
   }

@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -42,7 +41,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/client.h"
 #include "k8s/micro_time.h"
 #include "k8s/workqueue/clock.h"
@@ -119,7 +120,7 @@ class LeaderElector {
 
   bool IsLeader() const { return leading_.load(); }
   // The last holder observed ("" when none).
-  std::string Leader() const;
+  std::string Leader() const EXCLUDES(mutex_);
 
  private:
   LeaderElector(Client* client, LeaderElectionConfig config);
@@ -129,7 +130,7 @@ class LeaderElector {
   bool TryAcquireOrRenew(std::stop_token stop);
   // PUT of a released record if we still hold it per the last observation.
   void Release();
-  void Observe(const nlohmann::json& lease, const LeaseRecord& record);
+  void Observe(const nlohmann::json& lease, const LeaseRecord& record) EXCLUDES(mutex_);
 
   Client* const client_;
   const LeaderElectionConfig config_;
@@ -139,8 +140,8 @@ class LeaderElector {
   std::optional<nlohmann::json> observed_lease_;  // the last Lease read or written
   LeaseRecord observed_record_;
   workqueue::TimePoint observed_at_{};
-  mutable std::mutex mutex_;
-  std::string leader_;  // guarded by mutex_
+  mutable common::Mutex mutex_;  // guards leader_
+  std::string leader_ GUARDED_BY(mutex_);
 };
 
 }  // namespace nvdra::k8s

@@ -39,7 +39,7 @@ FileTokenSource::FileTokenSource(std::filesystem::path path, const workqueue::Cl
 StatusOr<std::string> FileTokenSource::Token() {
   std::error_code ec;
   const auto mtime = std::filesystem::last_write_time(path_, ec);  // follows the ..data symlink
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   const auto now = clock_.Now();
   const bool fresh = have_token_ && !ec && mtime == mtime_ && now - read_at_ < max_age_;
   if (fresh) return token_;

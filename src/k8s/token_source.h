@@ -14,10 +14,11 @@
 
 #include <chrono>
 #include <filesystem>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/workqueue/clock.h"
 
 namespace nvdra::k8s {
@@ -30,7 +31,7 @@ class FileTokenSource {
   // The current token, whitespace trimmed. kNotFound / kPermissionDenied
   // naming the file when it was never readable; kFailedPrecondition when the
   // file is empty and no earlier token exists.
-  common::StatusOr<std::string> Token();
+  common::StatusOr<std::string> Token() EXCLUDES(mutex_);
 
   const std::filesystem::path& path() const { return path_; }
 
@@ -39,11 +40,11 @@ class FileTokenSource {
   const workqueue::Clock& clock_;
   const std::chrono::nanoseconds max_age_;
 
-  std::mutex mutex_;  // guards the cache below
-  std::string token_;
-  std::filesystem::file_time_type mtime_{};
-  workqueue::TimePoint read_at_{};
-  bool have_token_ = false;
+  common::Mutex mutex_;  // guards the cache below
+  std::string token_ GUARDED_BY(mutex_);
+  std::filesystem::file_time_type mtime_ GUARDED_BY(mutex_){};
+  workqueue::TimePoint read_at_ GUARDED_BY(mutex_){};
+  bool have_token_ GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace nvdra::k8s

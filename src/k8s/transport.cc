@@ -7,10 +7,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace nvdra::k8s {
 namespace {
@@ -88,16 +89,16 @@ struct Transfer {
   bool streaming = false;
   char errbuf[CURL_ERROR_SIZE] = {};
 
-  std::mutex mutex;  // guards everything below
+  common::Mutex mutex;  // guards everything below
   std::condition_variable_any cv;
-  HttpResponse response;
-  std::deque<std::string> chunks;  // streaming body not yet read
-  bool head_done = false;
-  bool done = false;
-  Status result;  // the transfer's error once done; OK for a clean end
+  HttpResponse response GUARDED_BY(mutex);
+  std::deque<std::string> chunks GUARDED_BY(mutex);  // streaming body not yet read
+  bool head_done GUARDED_BY(mutex) = false;
+  bool done GUARDED_BY(mutex) = false;
+  Status result GUARDED_BY(mutex);  // the transfer's error once done; OK for a clean end
 };
 
-void FillFacts(Transfer& t) {
+void FillFacts(Transfer& t) REQUIRES(t.mutex) {
   long version = 0;
   curl_easy_getinfo(t.easy.get(), CURLINFO_HTTP_VERSION, &version);
   t.response.http_version = version == CURL_HTTP_VERSION_2_0 ? 2 : version == CURL_HTTP_VERSION_1_1 ? 11 : version;
@@ -109,7 +110,7 @@ std::size_t OnHeader(char* data, std::size_t size, std::size_t count, void* user
   auto* t = static_cast<Transfer*>(user);
   const std::size_t n = size * count;
   std::string_view line(data, n);
-  std::lock_guard lock(t->mutex);
+  common::MutexLock lock(t->mutex);
   if (line == "\r\n" || line == "\n") {
     long code = 0;
     curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &code);
@@ -133,7 +134,7 @@ std::size_t OnHeader(char* data, std::size_t size, std::size_t count, void* user
 std::size_t OnBody(char* data, std::size_t size, std::size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t n = size * count;
-  std::lock_guard lock(t->mutex);
+  common::MutexLock lock(t->mutex);
   if (t->streaming) {
     // TODO(issue 4): pause the transfer (CURL_WRITEFUNC_PAUSE) when a slow
     // reader lets this grow; a watch of a busy kind can queue a lot here.
@@ -163,7 +164,7 @@ class Core {
   // Hands `t` to the curl thread. False when the core is shutting down.
   bool Submit(std::shared_ptr<Transfer> t) {
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       if (stopping_) return false;
       adds_.push_back(std::move(t));
     }
@@ -173,15 +174,15 @@ class Core {
 
   void Cancel(const std::shared_ptr<Transfer>& t) {
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       cancels_.push_back(t);
     }
     curl_multi_wakeup(multi_.get());
   }
 
  private:
-  static void Complete(Transfer& t, Status result) {
-    std::lock_guard lock(t.mutex);
+  static void Complete(Transfer& t, Status result) EXCLUDES(t.mutex) {
+    common::MutexLock lock(t.mutex);
     if (t.done) return;
     if (!t.head_done) FillFacts(t);
     t.result = std::move(result);
@@ -192,13 +193,15 @@ class Core {
   void Run(std::stop_token stop) {
     std::vector<std::shared_ptr<Transfer>> adds, cancels;
     while (true) {
+      bool stopping = false;
       {
-        std::lock_guard lock(mutex_);
+        common::MutexLock lock(mutex_);
         if (stop.stop_requested()) stopping_ = true;
+        stopping = stopping_;
         adds.swap(adds_);
         cancels.swap(cancels_);
       }
-      if (stopping_) break;
+      if (stopping) break;
       for (auto& t : adds) {
         CURLMcode rc = curl_multi_add_handle(multi_.get(), t->easy.get());
         if (rc != CURLM_OK) {
@@ -238,16 +241,16 @@ class Core {
       Complete(*t, common::CancelledError(t->method + " " + t->url + ": transport shut down"));
     }
     active_.clear();
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     for (auto& t : adds_) Complete(*t, common::CancelledError(t->method + " " + t->url + ": transport shut down"));
     adds_.clear();
   }
 
   MultiPtr multi_;
-  std::mutex mutex_;  // guards adds_, cancels_, stopping_
-  std::vector<std::shared_ptr<Transfer>> adds_;
-  std::vector<std::shared_ptr<Transfer>> cancels_;
-  bool stopping_ = false;
+  common::Mutex mutex_;  // guards adds_, cancels_, stopping_
+  std::vector<std::shared_ptr<Transfer>> adds_ GUARDED_BY(mutex_);
+  std::vector<std::shared_ptr<Transfer>> cancels_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::map<CURL*, std::shared_ptr<Transfer>> active_;  // curl thread only
   std::jthread thread_;  // last: stops before the state above goes
 };
@@ -261,8 +264,8 @@ class CurlStream final : public HttpStream {
   const HttpResponse& head() const override { return head_; }
 
   StatusOr<std::optional<std::string>> Read(std::stop_token stop) override {
-    std::unique_lock lock(t_->mutex);
-    t_->cv.wait(lock, stop, [&] { return !t_->chunks.empty() || t_->done; });
+    common::MutexLock lock(t_->mutex);
+    t_->cv.wait(lock.native(), stop, [&]() REQUIRES(t_->mutex) { return !t_->chunks.empty() || t_->done; });
     if (!t_->chunks.empty()) {
       std::string chunk = std::move(t_->chunks.front());
       t_->chunks.pop_front();
@@ -272,14 +275,14 @@ class CurlStream final : public HttpStream {
       if (!t_->result.ok()) return t_->result;
       return std::optional<std::string>();
     }
-    lock.unlock();
+    lock.Unlock();
     Cancel();
     return common::CancelledError(t_->method + " " + t_->url + ": read cancelled");
   }
 
   void Cancel() override {
     {
-      std::lock_guard lock(t_->mutex);
+      common::MutexLock lock(t_->mutex);
       if (t_->done) return;
     }
     core_->Cancel(t_);
@@ -302,12 +305,12 @@ class CurlTransport final : public HttpTransport {
 
   StatusOr<HttpResponse> RoundTrip(const HttpRequest& request, std::stop_token stop) override {
     ASSIGN_OR_RETURN(auto t, Start(request, /*streaming=*/false));
-    std::unique_lock lock(t->mutex);
-    if (!t->cv.wait(lock, stop, [&] { return t->done; })) {
-      lock.unlock();
+    common::MutexLock lock(t->mutex);
+    if (!t->cv.wait(lock.native(), stop, [&]() REQUIRES(t->mutex) { return t->done; })) {
+      lock.Unlock();
       core_->Cancel(t);
-      lock.lock();
-      t->cv.wait(lock, [&] { return t->done; });
+      lock.Lock();
+      t->cv.wait(lock.native(), [&]() REQUIRES(t->mutex) { return t->done; });
     }
     if (!t->result.ok()) return t->result;
     return std::move(t->response);
@@ -315,15 +318,15 @@ class CurlTransport final : public HttpTransport {
 
   StatusOr<std::unique_ptr<HttpStream>> OpenStream(const HttpRequest& request, std::stop_token stop) override {
     ASSIGN_OR_RETURN(auto t, Start(request, /*streaming=*/true));
-    std::unique_lock lock(t->mutex);
-    if (!t->cv.wait(lock, stop, [&] { return t->head_done || t->done; })) {
-      lock.unlock();
+    common::MutexLock lock(t->mutex);
+    if (!t->cv.wait(lock.native(), stop, [&]() REQUIRES(t->mutex) { return t->head_done || t->done; })) {
+      lock.Unlock();
       core_->Cancel(t);
       return common::CancelledError(request.method + " " + request.path + ": cancelled");
     }
     if (!t->head_done) return t->result.ok() ? common::UnknownError("stream ended without headers") : t->result;
     HttpResponse head = t->response;
-    lock.unlock();
+    lock.Unlock();
     return std::unique_ptr<HttpStream>(std::make_unique<CurlStream>(core_, std::move(t), std::move(head)));
   }
 

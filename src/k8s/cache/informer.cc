@@ -54,7 +54,7 @@ void Informer::AddEventHandler(EventHandler handler) {
 }
 
 void Informer::Start() {
-  std::lock_guard lock(pending_mutex_);
+  common::MutexLock lock(pending_mutex_);
   if (started_) return;
   started_ = true;
   dispatch_thread_ = std::jthread([this](std::stop_token stop) { RunDispatchLoop(stop); });
@@ -63,7 +63,7 @@ void Informer::Start() {
 
 void Informer::Stop() {
   {
-    std::lock_guard lock(pending_mutex_);
+    common::MutexLock lock(pending_mutex_);
     if (stopped_) return;
     stopped_ = true;
     // A Start() after Stop() must not bring the threads back.
@@ -76,18 +76,18 @@ void Informer::Stop() {
 }
 
 bool Informer::HasSynced() const {
-  std::lock_guard lock(pending_mutex_);
+  common::MutexLock lock(pending_mutex_);
   return synced_;
 }
 
 bool Informer::WaitForSync(std::stop_token stop) const {
-  std::unique_lock lock(pending_mutex_);
-  return synced_changed_.wait(lock, stop, [&] { return synced_; });
+  common::MutexLock lock(pending_mutex_);
+  return synced_changed_.wait(lock.native(), stop, [&]() REQUIRES(pending_mutex_) { return synced_; });
 }
 
 bool Informer::WaitForSyncUntil(workqueue::TimePoint deadline) const {
-  std::unique_lock lock(pending_mutex_);
-  return clock_.WaitUntil(synced_changed_, lock, deadline, {}, [&] { return synced_; });
+  common::MutexLock lock(pending_mutex_);
+  return clock_.WaitUntil(synced_changed_, lock, deadline, {}, [&]() REQUIRES(pending_mutex_) { return synced_; });
 }
 
 // --- Watch thread ------------------------------------------------------------
@@ -243,7 +243,7 @@ Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::s
 
 void Informer::Enqueue(Pending pending) {
   {
-    std::lock_guard lock(pending_mutex_);
+    common::MutexLock lock(pending_mutex_);
     pending_.push_back(std::move(pending));
   }
   pending_changed_.notify_all();
@@ -255,8 +255,8 @@ void Informer::RunDispatchLoop(std::stop_token stop) {
   std::deque<Pending> batch;
   while (true) {
     {
-      std::unique_lock lock(pending_mutex_);
-      pending_changed_.wait(lock, stop, [&] { return !pending_.empty(); });
+      common::MutexLock lock(pending_mutex_);
+      pending_changed_.wait(lock.native(), stop, [&]() REQUIRES(pending_mutex_) { return !pending_.empty(); });
       if (stop.stop_requested()) return;
       batch.swap(pending_);
     }
@@ -278,7 +278,7 @@ void Informer::Dispatch(Pending& pending) {
     if (!list_applied_) {
       list_applied_ = true;
       {
-        std::lock_guard lock(pending_mutex_);
+        common::MutexLock lock(pending_mutex_);
         synced_ = true;
       }
       synced_changed_.notify_all();

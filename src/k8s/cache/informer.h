@@ -38,7 +38,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -47,6 +46,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "k8s/cache/list_watch.h"
 #include "k8s/cache/store.h"
 #include "k8s/workqueue/backoff.h"
@@ -110,21 +111,21 @@ class Informer {
   void AddEventHandler(EventHandler handler);
 
   // Starts both threads. Calling it again, or after Stop(), does nothing.
-  void Start();
+  void Start() EXCLUDES(pending_mutex_);
 
   // Stops and joins both threads; events not yet dispatched are dropped. Must
   // not be called from a handler. Idempotent.
-  void Stop();
+  void Stop() EXCLUDES(pending_mutex_);
 
   // True once the first list is in the Store and every handler registered by
   // then has received its adds.
-  bool HasSynced() const;
+  bool HasSynced() const EXCLUDES(pending_mutex_);
 
   // Blocks until HasSynced() or `stop` is requested; returns HasSynced().
-  bool WaitForSync(std::stop_token stop) const;
+  bool WaitForSync(std::stop_token stop) const EXCLUDES(pending_mutex_);
   // Blocks until HasSynced() or `deadline` on the informer's clock; returns
   // HasSynced().
-  bool WaitForSyncUntil(workqueue::TimePoint deadline) const;
+  bool WaitForSyncUntil(workqueue::TimePoint deadline) const EXCLUDES(pending_mutex_);
 
   // The cache. Readers may use it from any thread.
   const Store& store() const { return store_; }
@@ -165,7 +166,7 @@ class Informer {
   // Watches from `resource_version` (updated as events arrive) until the
   // stream ends, fails, or reports Gone.
   WatchOutcome WatchOnce(std::string& resource_version, std::stop_token stop);
-  void Enqueue(Pending pending);
+  void Enqueue(Pending pending) EXCLUDES(pending_mutex_);
   // A draw in [0, 1) from random_.
   double DrawRandom() { return random_(); }
 
@@ -188,13 +189,13 @@ class Informer {
   std::vector<EventHandler> handlers_;
   bool list_applied_ = false;
 
-  mutable std::mutex pending_mutex_;  // guards the members below
+  mutable common::Mutex pending_mutex_;  // guards the members below
   mutable std::condition_variable_any pending_changed_;
   mutable std::condition_variable_any synced_changed_;
-  std::deque<Pending> pending_;
-  bool synced_ = false;
-  bool started_ = false;
-  bool stopped_ = false;
+  std::deque<Pending> pending_ GUARDED_BY(pending_mutex_);
+  bool synced_ GUARDED_BY(pending_mutex_) = false;
+  bool started_ GUARDED_BY(pending_mutex_) = false;
+  bool stopped_ GUARDED_BY(pending_mutex_) = false;
 
   // Last, so they stop before the state they use is destroyed.
   std::jthread dispatch_thread_;

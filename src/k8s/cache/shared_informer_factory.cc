@@ -26,7 +26,7 @@ SharedInformerFactory::~SharedInformerFactory() { Shutdown(); }
 Informer& SharedInformerFactory::ForResource(const InformerKey& key,
                                              std::vector<Indexer> extra_indexers) {
   {
-    std::lock_guard lock(informers_mutex_);
+    common::MutexLock lock(informers_mutex_);
     auto it = informers_.find(key);
     if (it != informers_.end()) return *it->second;
   }
@@ -43,7 +43,7 @@ Informer& SharedInformerFactory::ForResource(const InformerKey& key,
   options.field_selector = key.field_selector;
   for (Indexer& indexer : extra_indexers) options.indexers.push_back(std::move(indexer));
 
-  std::lock_guard lock(informers_mutex_);
+  common::MutexLock lock(informers_mutex_);
   auto [it, inserted] = informers_.try_emplace(key, nullptr);
   if (inserted) it->second = std::make_unique<Informer>(std::move(list_watch), std::move(options));
   return *it->second;
@@ -52,7 +52,7 @@ Informer& SharedInformerFactory::ForResource(const InformerKey& key,
 void SharedInformerFactory::Start() {
   std::vector<Informer*> to_start;
   {
-    std::lock_guard lock(informers_mutex_);
+    common::MutexLock lock(informers_mutex_);
     if (shut_down_) return;
     for (auto& [key, informer] : informers_) {
       bool& started = started_[key];
@@ -74,7 +74,7 @@ bool SharedInformerFactory::WaitForCacheSync(std::stop_token stop) {
 
 void SharedInformerFactory::Shutdown() {
   {
-    std::lock_guard lock(informers_mutex_);
+    common::MutexLock lock(informers_mutex_);
     shut_down_ = true;
   }
   // Informers are never removed before the factory dies, so the pointers
@@ -84,7 +84,7 @@ void SharedInformerFactory::Shutdown() {
 }
 
 std::vector<Informer*> SharedInformerFactory::Snapshot(bool started_only) {
-  std::lock_guard lock(informers_mutex_);
+  common::MutexLock lock(informers_mutex_);
   std::vector<Informer*> out;
   for (auto& [key, informer] : informers_) {
     if (started_only) {

@@ -13,11 +13,12 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <stop_token>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "k8s/cache/informer.h"
 #include "k8s/cache/list_watch.h"
 #include "k8s/cache/store.h"
@@ -54,10 +55,11 @@ class SharedInformerFactory {
   // to the default ones when this call creates the informer and ignored
   // otherwise (an informer's indexes are fixed at creation). An informer
   // created after Start() runs only after the next Start().
-  Informer& ForResource(const InformerKey& key, std::vector<Indexer> extra_indexers = {});
+  Informer& ForResource(const InformerKey& key, std::vector<Indexer> extra_indexers = {})
+      EXCLUDES(informers_mutex_);
 
   // Starts every informer not yet started. After Shutdown(), does nothing.
-  void Start();
+  void Start() EXCLUDES(informers_mutex_);
 
   // Blocks until every started informer has synced, or `stop` is requested.
   // Returns true when all have synced.
@@ -65,18 +67,18 @@ class SharedInformerFactory {
 
   // Stops and joins every informer. Must not be called from a handler.
   // Idempotent.
-  void Shutdown();
+  void Shutdown() EXCLUDES(informers_mutex_);
 
  private:
-  std::vector<Informer*> Snapshot(bool started_only);
+  std::vector<Informer*> Snapshot(bool started_only) EXCLUDES(informers_mutex_);
 
   const ListWatchFactory list_watch_factory_;
   const InformerOptions defaults_;
 
-  std::mutex informers_mutex_;  // guards the members below
-  std::map<InformerKey, std::unique_ptr<Informer>> informers_;
-  std::map<InformerKey, bool> started_;
-  bool shut_down_ = false;
+  common::Mutex informers_mutex_;  // guards the members below
+  std::map<InformerKey, std::unique_ptr<Informer>> informers_ GUARDED_BY(informers_mutex_);
+  std::map<InformerKey, bool> started_ GUARDED_BY(informers_mutex_);
+  bool shut_down_ GUARDED_BY(informers_mutex_) = false;
 };
 
 }  // namespace nvdra::k8s::cache

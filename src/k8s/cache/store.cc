@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 
 #include "common/json_fields.h"
 #include "k8s/cache/list_watch.h"
@@ -94,7 +93,7 @@ ObjectPtr Store::Get(std::string_view key) const {
 }
 
 PackedPtr Store::GetPacked(std::string_view key) const {
-  std::shared_lock lock(entries_mutex_);
+  common::ReaderLock lock(entries_mutex_);
   auto it = entries_.find(key);
   return it == entries_.end() ? nullptr : it->second.object;
 }
@@ -102,7 +101,7 @@ PackedPtr Store::GetPacked(std::string_view key) const {
 std::vector<ObjectPtr> Store::List() const {
   std::vector<PackedPtr> packed;
   {
-    std::shared_lock lock(entries_mutex_);
+    common::ReaderLock lock(entries_mutex_);
     packed.reserve(entries_.size());
     for (const auto& [key, entry] : entries_) packed.push_back(entry.object);
   }
@@ -110,7 +109,7 @@ std::vector<ObjectPtr> Store::List() const {
 }
 
 std::vector<std::string> Store::ListKeys() const {
-  std::shared_lock lock(entries_mutex_);
+  common::ReaderLock lock(entries_mutex_);
   std::vector<std::string> out;
   out.reserve(entries_.size());
   for (const auto& [key, entry] : entries_) out.push_back(key);
@@ -123,7 +122,7 @@ common::StatusOr<std::vector<ObjectPtr>> Store::ByIndex(std::string_view index,
   if (position < 0) return common::NotFoundError("no index \"" + std::string(index) + "\"");
   std::vector<PackedPtr> packed;
   {
-    std::shared_lock lock(entries_mutex_);
+    common::ReaderLock lock(entries_mutex_);
     const auto& by_value = indexes_[static_cast<std::size_t>(position)];
     auto keys = by_value.find(value);
     if (keys == by_value.end()) return std::vector<ObjectPtr>();
@@ -139,7 +138,7 @@ common::StatusOr<std::vector<ObjectPtr>> Store::ByIndex(std::string_view index,
 common::StatusOr<std::vector<std::string>> Store::IndexValues(std::string_view index) const {
   const int position = IndexPosition(index);
   if (position < 0) return common::NotFoundError("no index \"" + std::string(index) + "\"");
-  std::shared_lock lock(entries_mutex_);
+  common::ReaderLock lock(entries_mutex_);
   std::vector<std::string> out;
   for (const auto& [value, keys] : indexes_[static_cast<std::size_t>(position)]) {
     out.push_back(value);
@@ -148,12 +147,12 @@ common::StatusOr<std::vector<std::string>> Store::IndexValues(std::string_view i
 }
 
 std::size_t Store::size() const {
-  std::shared_lock lock(entries_mutex_);
+  common::ReaderLock lock(entries_mutex_);
   return entries_.size();
 }
 
 std::string Store::ResourceVersion() const {
-  std::shared_lock lock(entries_mutex_);
+  common::ReaderLock lock(entries_mutex_);
   return resource_version_;
 }
 
@@ -171,7 +170,7 @@ StoreItem Store::Prepare(std::string key, const nlohmann::json& object) const {
 PackedPtr Store::Put(StoreItem item) {
   CheckItem(item);
   Entry entry{std::move(item.object), std::move(item.index_values)};
-  std::unique_lock lock(entries_mutex_);
+  common::WriterLock lock(entries_mutex_);
   PackedPtr old;
   auto it = entries_.find(item.key);
   if (it != entries_.end()) {
@@ -186,7 +185,7 @@ PackedPtr Store::Put(StoreItem item) {
 }
 
 PackedPtr Store::Remove(std::string_view key) {
-  std::unique_lock lock(entries_mutex_);
+  common::WriterLock lock(entries_mutex_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   PackedPtr old = std::move(it->second.object);
@@ -206,7 +205,7 @@ std::vector<Delta> Store::Replace(std::vector<StoreItem> items, std::string reso
   items = {};
 
   std::vector<Delta> deltas;
-  std::unique_lock lock(entries_mutex_);
+  common::WriterLock lock(entries_mutex_);
   for (auto it = entries_.begin(); it != entries_.end();) {
     if (incoming.contains(it->first)) {
       ++it;
@@ -262,7 +261,7 @@ std::vector<Delta> Store::Replace(std::vector<std::pair<std::string, ObjectPtr>>
 }
 
 void Store::SetResourceVersion(std::string resource_version) {
-  std::unique_lock lock(entries_mutex_);
+  common::WriterLock lock(entries_mutex_);
   resource_version_ = std::move(resource_version);
 }
 

@@ -24,7 +24,6 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,7 +33,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/cache/packed_object.h"
 
 namespace nvdra::k8s::cache {
@@ -161,15 +162,15 @@ class Store {
   void CheckItem(const StoreItem& item) const;
   // Position of `index` in indexers_, or -1.
   int IndexPosition(std::string_view index) const;
-  void IndexLocked(const std::string& key, const Entry& entry);
-  void UnindexLocked(const std::string& key, const Entry& entry);
+  void IndexLocked(const std::string& key, const Entry& entry) REQUIRES(entries_mutex_);
+  void UnindexLocked(const std::string& key, const Entry& entry) REQUIRES(entries_mutex_);
 
   const std::vector<Indexer> indexers_;
 
-  mutable std::shared_mutex entries_mutex_;  // guards everything below
-  StringMap<Entry> entries_;
-  std::vector<StringMap<KeySet>> indexes_;  // per indexer: value -> keys
-  std::string resource_version_;
+  mutable common::SharedMutex entries_mutex_;  // guards everything below
+  StringMap<Entry> entries_ GUARDED_BY(entries_mutex_);
+  std::vector<StringMap<KeySet>> indexes_ GUARDED_BY(entries_mutex_);  // per indexer: value -> keys
+  std::string resource_version_ GUARDED_BY(entries_mutex_);
 };
 
 }  // namespace nvdra::k8s::cache

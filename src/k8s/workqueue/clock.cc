@@ -1,6 +1,7 @@
 #include "k8s/workqueue/clock.h"
 
 #include <algorithm>
+#include <mutex>
 
 namespace nvdra::k8s::workqueue {
 namespace {
@@ -9,13 +10,13 @@ class SteadyClock final : public Clock {
  public:
   TimePoint Now() const override { return std::chrono::steady_clock::now(); }
 
-  bool WaitUntil(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+  bool WaitUntil(std::condition_variable_any& cv, common::MutexLock& lock,
                  TimePoint deadline, std::stop_token stop,
                  const std::function<bool()>& pred) override {
     // Converting TimePoint::max() to the wait's native clock can overflow, so
     // "no deadline" takes the untimed wait.
-    if (deadline == TimePoint::max()) return cv.wait(lock, stop, pred);
-    return cv.wait_until(lock, stop, deadline, pred);
+    if (deadline == TimePoint::max()) return cv.wait(lock.native(), stop, pred);
+    return cv.wait_until(lock.native(), stop, deadline, pred);
   }
 };
 
@@ -27,9 +28,9 @@ Clock& RealClock() {
 }
 
 bool SleepUntil(Clock& clock, TimePoint deadline, std::stop_token stop) {
-  std::mutex mutex;
+  common::Mutex mutex;
   std::condition_variable_any cv;
-  std::unique_lock lock(mutex);
+  common::MutexLock lock(mutex);
   clock.WaitUntil(cv, lock, deadline, stop, [] { return false; });
   return !stop.stop_requested();
 }
@@ -38,27 +39,27 @@ TimePoint FakeClock::Now() const {
   return TimePoint(Duration(now_.load(std::memory_order_acquire)));
 }
 
-bool FakeClock::WaitUntil(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+bool FakeClock::WaitUntil(std::condition_variable_any& cv, common::MutexLock& lock,
                           TimePoint deadline, std::stop_token stop,
                           const std::function<bool()>& pred) {
   if (pred()) return true;
-  Waiter waiter{lock.mutex(), &cv, deadline};
+  Waiter waiter{lock.native().mutex(), &cv, deadline};
   // Registering needs waiters_mutex_, which must never be taken while the
   // caller's mutex is held (Advance takes them in the other order).
-  lock.unlock();
+  lock.Unlock();
   Register(&waiter);
-  lock.lock();
-  cv.wait(lock, stop, [&] { return pred() || Now() >= deadline; });
-  lock.unlock();
+  lock.Lock();
+  cv.wait(lock.native(), stop, [&] { return pred() || Now() >= deadline; });
+  lock.Unlock();
   Unregister(&waiter);
-  lock.lock();
+  lock.Lock();
   return pred();
 }
 
 void FakeClock::Advance(Duration by) {
   if (by <= Duration::zero()) return;
   now_.fetch_add(by.count(), std::memory_order_acq_rel);
-  std::lock_guard waiters_lock(waiters_mutex_);
+  common::MutexLock waiters_lock(waiters_mutex_);
   // Taking each waiter's mutex before notifying closes the window between
   // its predicate check and its wait; holding waiters_mutex_ keeps the waiter
   // (and so its mutex and cv) registered and alive meanwhile.
@@ -69,9 +70,9 @@ void FakeClock::Advance(Duration by) {
 }
 
 std::optional<TimePoint> FakeClock::WaitForPendingDeadline(std::chrono::milliseconds real_timeout) {
-  std::unique_lock lock(waiters_mutex_);
+  common::MutexLock lock(waiters_mutex_);
   TimePoint earliest = TimePoint::max();
-  auto pending = [&] {
+  auto pending = [&]() REQUIRES(waiters_mutex_) {
     const TimePoint now = Now();
     earliest = TimePoint::max();
     for (const Waiter* waiter : waiters_) {
@@ -81,13 +82,13 @@ std::optional<TimePoint> FakeClock::WaitForPendingDeadline(std::chrono::millisec
     }
     return earliest != TimePoint::max();
   };
-  if (!waiters_changed_.wait_for(lock, real_timeout, pending)) return std::nullopt;
+  if (!waiters_changed_.wait_for(lock.native(), real_timeout, pending)) return std::nullopt;
   return earliest;
 }
 
 void FakeClock::Register(Waiter* waiter) {
   {
-    std::lock_guard lock(waiters_mutex_);
+    common::MutexLock lock(waiters_mutex_);
     waiters_.push_back(waiter);
   }
   waiters_changed_.notify_all();
@@ -95,7 +96,7 @@ void FakeClock::Register(Waiter* waiter) {
 
 void FakeClock::Unregister(Waiter* waiter) {
   {
-    std::lock_guard lock(waiters_mutex_);
+    common::MutexLock lock(waiters_mutex_);
     std::erase(waiters_, waiter);
   }
   waiters_changed_.notify_all();

@@ -23,6 +23,9 @@
 #include <stop_token>
 #include <vector>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
+
 namespace nvdra::k8s::workqueue {
 
 using TimePoint = std::chrono::steady_clock::time_point;
@@ -36,11 +39,12 @@ class Clock {
 
   // Blocks until `pred()` holds, Now() >= `deadline`, or `stop` is requested,
   // and returns pred() as last evaluated. `lock` must hold the mutex that
-  // guards pred's state; whoever changes that state notifies `cv` while (or
-  // after) holding that mutex. Like any condition-variable wait, `lock` may
-  // be released and re-taken in between, so the caller's invariants must
-  // hold on entry. TimePoint::max() means no deadline.
-  virtual bool WaitUntil(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+  // guards pred's state (a predicate reading guarded members says so:
+  // `[&]() REQUIRES(mu_) {...}`); whoever changes that state notifies `cv`
+  // while (or after) holding that mutex. Like any condition-variable wait,
+  // `lock` may be released and re-taken in between, so the caller's
+  // invariants must hold on entry. TimePoint::max() means no deadline.
+  virtual bool WaitUntil(std::condition_variable_any& cv, common::MutexLock& lock,
                          TimePoint deadline, std::stop_token stop,
                          const std::function<bool()>& pred) = 0;
 };
@@ -62,19 +66,21 @@ class FakeClock final : public Clock {
   FakeClock& operator=(const FakeClock&) = delete;
 
   TimePoint Now() const override;
-  bool WaitUntil(std::condition_variable_any& cv, std::unique_lock<std::mutex>& lock,
+  // Unchecked: it releases and retakes the caller's `lock`, which the
+  // analysis cannot name in a parameter's annotation.
+  bool WaitUntil(std::condition_variable_any& cv, common::MutexLock& lock,
                  TimePoint deadline, std::stop_token stop,
-                 const std::function<bool()>& pred) override;
+                 const std::function<bool()>& pred) override NO_THREAD_SAFETY_ANALYSIS;
 
   // Moves time forward by `by` (negative values are ignored) and wakes every
   // waiter so it re-checks its deadline.
-  void Advance(Duration by);
+  void Advance(Duration by) EXCLUDES(waiters_mutex_);
 
   // Blocks (in real time, up to `real_timeout`) until some thread waits on
   // this clock for a deadline later than Now(), and returns the earliest such
   // deadline; nullopt on timeout. Tests call it to learn that the code under
   // test is parked on the clock, and until when, before advancing it.
-  std::optional<TimePoint> WaitForPendingDeadline(std::chrono::milliseconds real_timeout);
+  std::optional<TimePoint> WaitForPendingDeadline(std::chrono::milliseconds real_timeout) EXCLUDES(waiters_mutex_);
 
  private:
   struct Waiter {
@@ -82,15 +88,15 @@ class FakeClock final : public Clock {
     std::condition_variable_any* cv;
     TimePoint deadline;
   };
-  void Register(Waiter* waiter);
-  void Unregister(Waiter* waiter);
+  void Register(Waiter* waiter) EXCLUDES(waiters_mutex_);
+  void Unregister(Waiter* waiter) EXCLUDES(waiters_mutex_);
 
   std::atomic<Duration::rep> now_{std::chrono::duration_cast<Duration>(std::chrono::hours(1000)).count()};
   // Guards waiters_. Lock order: waiters_mutex_ before a waiter's own mutex
   // (Advance); a waiter never holds its mutex while taking waiters_mutex_.
-  mutable std::mutex waiters_mutex_;
+  mutable common::Mutex waiters_mutex_;
   std::condition_variable waiters_changed_;
-  std::vector<Waiter*> waiters_;
+  std::vector<Waiter*> waiters_ GUARDED_BY(waiters_mutex_);
 };
 
 }  // namespace nvdra::k8s::workqueue

@@ -30,7 +30,6 @@
 #include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -38,6 +37,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "k8s/workqueue/backoff.h"
 #include "k8s/workqueue/clock.h"
 #include "k8s/workqueue/rate_limiter.h"
@@ -65,9 +66,9 @@ class WorkQueue {
   WorkQueue& operator=(const WorkQueue&) = delete;
 
   // Queues `item` unless it is already queued. After shutdown, does nothing.
-  void Add(const T& item) {
+  void Add(const T& item) EXCLUDES(state_mutex_) {
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       AddLocked(item);
     }
     state_changed_.notify_all();
@@ -75,9 +76,9 @@ class WorkQueue {
 
   // Queues `item` once `delay` has passed on the clock; a delay <= 0 is Add().
   // If the item already waits for a later time, the earlier time wins.
-  void AddAfter(const T& item, Duration delay) {
+  void AddAfter(const T& item, Duration delay) EXCLUDES(state_mutex_) {
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       AddAfterLocked(item, delay);
     }
     state_changed_.notify_all();
@@ -85,9 +86,9 @@ class WorkQueue {
 
   // AddAfter() with the item's next backoff delay (the larger of its
   // per-item backoff and the overall bucket's wait); counts one requeue.
-  void AddRateLimited(const T& item) {
+  void AddRateLimited(const T& item) EXCLUDES(state_mutex_) {
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       if (shutting_down_) return;
       std::uint32_t& requeues = requeues_[item];
       Duration delay = BackoffDelay(per_item_, requeues, random_());
@@ -100,14 +101,14 @@ class WorkQueue {
 
   // Clears the item's requeue count, so its next failure starts the backoff
   // again. Does not remove it from the queue. Call after a success.
-  void Forget(const T& item) {
-    std::lock_guard lock(state_mutex_);
+  void Forget(const T& item) EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     requeues_.erase(item);
   }
 
   // AddRateLimited() calls since the last Forget().
-  std::uint32_t NumRequeues(const T& item) const {
-    std::lock_guard lock(state_mutex_);
+  std::uint32_t NumRequeues(const T& item) const EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     auto it = requeues_.find(item);
     return it == requeues_.end() ? 0 : it->second;
   }
@@ -116,8 +117,8 @@ class WorkQueue {
   // caller must call Done(item) when finished with it. Returns nullopt when
   // the queue is shut down and empty, or when `stop` is requested while no
   // item is ready (a ready item is still handed out).
-  std::optional<T> Get(std::stop_token stop) {
-    std::unique_lock lock(state_mutex_);
+  std::optional<T> Get(std::stop_token stop) EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     while (true) {
       PromoteDueLocked();
       if (!queue_.empty()) {
@@ -131,7 +132,7 @@ class WorkQueue {
       const std::uint64_t seen = changes_;
       const TimePoint deadline = waiting_by_time_.empty() ? TimePoint::max()
                                                           : waiting_by_time_.begin()->first;
-      clock_->WaitUntil(state_changed_, lock, deadline, stop, [&] {
+      clock_->WaitUntil(state_changed_, lock, deadline, stop, [&]() REQUIRES(state_mutex_) {
         return changes_ != seen || shutting_down_;
       });
     }
@@ -139,9 +140,9 @@ class WorkQueue {
 
   // Ends the processing of `item` taken by Get(). If it was added meanwhile,
   // it is queued again now. Done() for an item not in flight does nothing.
-  void Done(const T& item) {
+  void Done(const T& item) EXCLUDES(state_mutex_) {
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       if (processing_.erase(item) == 0) return;
       if (dirty_.contains(item)) queue_.push_back(item);
       ++changes_;
@@ -151,9 +152,9 @@ class WorkQueue {
 
   // Stops accepting items and drops delayed ones; wakes blocked Get() calls,
   // which hand out the items still queued and then return nullopt.
-  void ShutDown() {
+  void ShutDown() EXCLUDES(state_mutex_) {
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       shutting_down_ = true;
       waiting_by_time_.clear();
       waiting_.clear();
@@ -166,29 +167,29 @@ class WorkQueue {
   // Done() (nothing queued or in flight), or until `stop` is
   // requested. Returns true when drained. Workers must keep calling Get() and
   // Done() for queued items to drain.
-  bool ShutDownWithDrain(std::stop_token stop) {
+  bool ShutDownWithDrain(std::stop_token stop) EXCLUDES(state_mutex_) {
     ShutDown();
-    std::unique_lock lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     return clock_->WaitUntil(state_changed_, lock, TimePoint::max(), stop,
-                             [&] { return processing_.empty() && queue_.empty(); });
+                             [&]() REQUIRES(state_mutex_) { return processing_.empty() && queue_.empty(); });
   }
 
-  bool ShuttingDown() const {
-    std::lock_guard lock(state_mutex_);
+  bool ShuttingDown() const EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     return shutting_down_;
   }
 
   // Items ready to be handed out (not those in flight or still delayed).
   // Delayed items whose time has come count as ready.
-  std::size_t Len() {
-    std::lock_guard lock(state_mutex_);
+  std::size_t Len() EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     PromoteDueLocked();
     return queue_.size();
   }
 
   // Items still waiting for their AddAfter() time.
-  std::size_t NumWaiting() {
-    std::lock_guard lock(state_mutex_);
+  std::size_t NumWaiting() EXCLUDES(state_mutex_) {
+    common::MutexLock lock(state_mutex_);
     PromoteDueLocked();
     return waiting_.size();
   }
@@ -196,7 +197,7 @@ class WorkQueue {
  private:
   using WaitingByTime = std::multimap<TimePoint, T>;
 
-  void AddLocked(const T& item) {
+  void AddLocked(const T& item) REQUIRES(state_mutex_) {
     if (shutting_down_ || dirty_.contains(item)) return;
     dirty_.insert(item);
     ++changes_;
@@ -204,7 +205,7 @@ class WorkQueue {
     if (!processing_.contains(item)) queue_.push_back(item);
   }
 
-  void AddAfterLocked(const T& item, Duration delay) {
+  void AddAfterLocked(const T& item, Duration delay) REQUIRES(state_mutex_) {
     if (shutting_down_) return;
     if (delay <= Duration::zero()) {
       AddLocked(item);
@@ -222,7 +223,7 @@ class WorkQueue {
   }
 
   // Moves delayed items whose time has come into the ready queue.
-  void PromoteDueLocked() {
+  void PromoteDueLocked() REQUIRES(state_mutex_) {
     const TimePoint now = clock_->Now();
     while (!waiting_by_time_.empty() && waiting_by_time_.begin()->first <= now) {
       auto first = waiting_by_time_.begin();
@@ -236,18 +237,18 @@ class WorkQueue {
   Clock* const clock_;
   const BackoffOptions per_item_;
 
-  mutable std::mutex state_mutex_;  // guards everything below
+  mutable common::Mutex state_mutex_;  // guards everything below
   std::condition_variable_any state_changed_;
-  RandomSource random_;
-  TokenBucket bucket_;
-  std::deque<T> queue_;
-  std::unordered_set<T, Hash> dirty_;       // queued or to be requeued on Done()
-  std::unordered_set<T, Hash> processing_;  // handed out, not yet Done()
-  WaitingByTime waiting_by_time_;
-  std::unordered_map<T, typename WaitingByTime::iterator, Hash> waiting_;
-  std::unordered_map<T, std::uint32_t, Hash> requeues_;
-  std::uint64_t changes_ = 0;  // bumped on every change a waiting Get() must see
-  bool shutting_down_ = false;
+  RandomSource random_ GUARDED_BY(state_mutex_);
+  TokenBucket bucket_ GUARDED_BY(state_mutex_);
+  std::deque<T> queue_ GUARDED_BY(state_mutex_);
+  std::unordered_set<T, Hash> dirty_ GUARDED_BY(state_mutex_);       // queued or to be requeued on Done()
+  std::unordered_set<T, Hash> processing_ GUARDED_BY(state_mutex_);  // handed out, not yet Done()
+  WaitingByTime waiting_by_time_ GUARDED_BY(state_mutex_);
+  std::unordered_map<T, typename WaitingByTime::iterator, Hash> waiting_ GUARDED_BY(state_mutex_);
+  std::unordered_map<T, std::uint32_t, Hash> requeues_ GUARDED_BY(state_mutex_);
+  std::uint64_t changes_ GUARDED_BY(state_mutex_) = 0;  // bumped on every change a waiting Get() must see
+  bool shutting_down_ GUARDED_BY(state_mutex_) = false;
 };
 
 }  // namespace nvdra::k8s::workqueue

@@ -24,6 +24,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "common/unique_fd.h"
 #include "kubeletplugin/internal/grpc_services.h"
 
@@ -58,8 +60,8 @@ std::unique_ptr<grpc::Server> BuildAndStart(grpc::ServerBuilder& builder, bool w
   // started stay; shutdown still ends them.
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 60 * 60 * 1000);
-  static std::mutex build_mu;
-  std::lock_guard lock(build_mu);
+  static common::Mutex build_mu;  // guards gRPC's process-wide health-service switch
+  common::MutexLock lock(build_mu);
   grpc::EnableDefaultHealthCheckService(with_health_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   grpc::EnableDefaultHealthCheckService(false);
@@ -153,19 +155,19 @@ class InFlightDriver final : public DraDriver {
   }
 
   // True when no call is in flight before `deadline`.
-  bool WaitIdle(std::chrono::steady_clock::time_point deadline) {
-    std::unique_lock lock(mu_);
-    return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline) EXCLUDES(mu_) {
+    common::MutexLock lock(mu_);
+    return idle_.wait_until(lock.native(), deadline, [this]() REQUIRES(mu_) { return in_flight_ == 0; });
   }
 
  private:
   struct Guard {
     explicit Guard(InFlightDriver& d) : d_(d) {
-      std::lock_guard lock(d_.mu_);
+      common::MutexLock lock(d_.mu_);
       ++d_.in_flight_;
     }
     ~Guard() {
-      std::lock_guard lock(d_.mu_);
+      common::MutexLock lock(d_.mu_);
       if (--d_.in_flight_ == 0) d_.idle_.notify_all();
     }
     Guard(const Guard&) = delete;
@@ -173,9 +175,9 @@ class InFlightDriver final : public DraDriver {
     InFlightDriver& d_;
   };
   DraDriver& driver_;
-  std::mutex mu_;
+  common::Mutex mu_;  // guards in_flight_
   std::condition_variable idle_;
-  int in_flight_ = 0;
+  int in_flight_ GUARDED_BY(mu_) = 0;
 };
 
 // The state behind PluginServer. Members are grouped by who protects them.
@@ -197,7 +199,7 @@ class PluginServer::Impl {
     if (watcher_.joinable()) watcher_.join();
     prober_.request_stop();
     if (prober_.joinable()) prober_.join();
-    std::lock_guard lock(servers_mu_);
+    common::MutexLock lock(servers_mu_);
     // Registration first: the kubelet deregisters the plugin when its socket
     // goes, before the DRA endpoint stops answering.
     StopRegistration();
@@ -210,7 +212,7 @@ class PluginServer::Impl {
     if (Status s = MakeDirectory(options_.plugin_dir); !s.ok()) return s;
     if (Status s = MakeDirectory(options_.registrar_dir); !s.ok()) return s;
     {
-      std::lock_guard lock(servers_mu_);
+      common::MutexLock lock(servers_mu_);
       // The DRA endpoint must answer before the kubelet learns of it.
       if (Status s = StartDra(); !s.ok()) return s;
       if (Status s = StartRegistration(); !s.ok()) return s;
@@ -279,7 +281,7 @@ class PluginServer::Impl {
     return versions;
   }
 
-  Status StartDra() {
+  Status StartDra() REQUIRES(servers_mu_) {
     DraServer dra;
     grpc::ServerBuilder builder;
     if (Status s = AddUnixListener(builder, dra_socket_); !s.ok()) return s;
@@ -303,7 +305,7 @@ class PluginServer::Impl {
     return common::OkStatus();
   }
 
-  Status StartRegistration() {
+  Status StartRegistration() REQUIRES(servers_mu_) {
     grpc::ServerBuilder builder;
     if (Status s = AddUnixListener(builder, reg_socket_); !s.ok()) return s;
     builder.RegisterService(&registration_);
@@ -316,7 +318,7 @@ class PluginServer::Impl {
 
   // Open health streams end first, so Shutdown need not wait on them; other
   // in-flight calls get the grace period, then are cancelled.
-  void StopDra() {
+  void StopDra() REQUIRES(servers_mu_) {
     hub_->CloseAll();
     if (dra_.server) {
       // Calls in flight get the grace period; then nothing is left to wait for.
@@ -330,7 +332,7 @@ class PluginServer::Impl {
     RemoveStale(dra_socket_).IgnoreError();  // gone already, or nothing to do about it
   }
 
-  void StopRegistration() {
+  void StopRegistration() REQUIRES(servers_mu_) {
     if (reg_server_) reg_server_->Shutdown(DeadlineAfter(options_.shutdown_grace));
     reg_server_.reset();
     RemoveStale(reg_socket_).IgnoreError();
@@ -462,8 +464,8 @@ class PluginServer::Impl {
     }
   }
 
-  void RecheckSockets() {
-    std::lock_guard lock(servers_mu_);
+  void RecheckSockets() EXCLUDES(servers_mu_) {
+    common::MutexLock lock(servers_mu_);
     bool rebound = false;
     if (!IsSocket(dra_socket_)) {
       LOG_WARNING("DRA socket removed, binding it again", {{"socket", dra_socket_}});
@@ -514,9 +516,9 @@ class PluginServer::Impl {
   std::atomic<int> rebinds_{0};
   std::atomic<bool> last_probe_ok_{false};
 
-  std::mutex servers_mu_;  // guards the two servers below (rebinds, shutdown)
-  DraServer dra_;
-  std::unique_ptr<grpc::Server> reg_server_;
+  common::Mutex servers_mu_;  // guards the two servers below (rebinds, shutdown)
+  DraServer dra_ GUARDED_BY(servers_mu_);
+  std::unique_ptr<grpc::Server> reg_server_ GUARDED_BY(servers_mu_);
 
   // Threads last: joined (in ~Impl) before the state they use goes away.
   std::jthread prober_;

@@ -287,7 +287,7 @@ void ResourceSlicePublisher::Update(DriverResources desired) {
   }
   std::set<std::string> pools;
   {
-    std::lock_guard lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     for (const auto& [pool, unused] : desired_) pools.insert(pool);
     for (const auto& [pool, unused] : expanded) pools.insert(pool);
     for (const auto& [name, known] : known_) pools.insert(known.pool);
@@ -300,8 +300,8 @@ void ResourceSlicePublisher::Update(DriverResources desired) {
 }
 
 common::Status ResourceSlicePublisher::WaitForSync(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(state_mutex_);
-  const bool synced = state_changed_.wait_for(lock, timeout, [&] {
+  common::MutexLock lock(state_mutex_);
+  const bool synced = state_changed_.wait_for(lock.native(), timeout, [&]() REQUIRES(state_mutex_) {
     return has_desired_ && informer_synced_ && dirty_.empty();
   });
   if (!synced) {
@@ -358,7 +358,7 @@ void ResourceSlicePublisher::OnUpsert(const json& object) {
   const std::string pool = JsonString(object, {"spec", "pool", "name"});
   const std::string uid = JsonString(object, {"metadata", "uid"});
   {
-    std::lock_guard lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     if (deleted_uids_.contains(uid)) return;
     if (!UpsertLocked(object)) return;
     if (pool == syncing_pool_) {
@@ -377,7 +377,7 @@ void ResourceSlicePublisher::OnDelete(const json& object) {
   const std::string uid = JsonString(object, {"metadata", "uid"});
   const std::string pool = JsonString(object, {"spec", "pool", "name"});
   {
-    std::lock_guard lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     if (deleted_uids_.erase(uid) > 0) return;  // our own delete
     auto it = known_.find(name);
     if (it == known_.end() || it->second.uid != uid) return;
@@ -393,21 +393,21 @@ void ResourceSlicePublisher::OnDelete(const json& object) {
 }
 
 void ResourceSlicePublisher::RecordWritten(const json& object) {
-  std::lock_guard lock(state_mutex_);
+  common::MutexLock lock(state_mutex_);
   UpsertLocked(object);
   own_writes_.insert(JsonString(object, {"metadata", "uid"}) + "/" +
                      JsonString(object, {"metadata", "resourceVersion"}));
 }
 
 void ResourceSlicePublisher::ExpectDelete(const std::string& uid) {
-  std::lock_guard lock(state_mutex_);
+  common::MutexLock lock(state_mutex_);
   const auto now = std::chrono::steady_clock::now();
   std::erase_if(deleted_uids_, [&](const auto& entry) { return now - entry.second > kDeletedUidTtl; });
   deleted_uids_[uid] = now;
 }
 
 void ResourceSlicePublisher::FinishDelete(const std::string& name, const std::string& uid, bool deleted) {
-  std::lock_guard lock(state_mutex_);
+  common::MutexLock lock(state_mutex_);
   if (!deleted) {
     deleted_uids_.erase(uid);
     return;
@@ -428,16 +428,16 @@ bool ResourceSlicePublisher::EndSyncLocked() {
 void ResourceSlicePublisher::RunWorker(std::stop_token stop) {
   if (!informer_->WaitForSync(stop)) return;
   {
-    std::unique_lock lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     informer_synced_ = true;
     state_changed_.notify_all();
     // Nothing is written before the driver said what it has.
-    if (!state_changed_.wait(lock, stop, [&] { return has_desired_; })) return;
+    if (!state_changed_.wait(lock.native(), stop, [&]() REQUIRES(state_mutex_) { return has_desired_; })) return;
   }
   while (std::optional<std::string> pool = queue_.Get(stop)) {
     std::uint64_t seen = 0;
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       auto it = dirty_.find(*pool);
       if (it != dirty_.end()) seen = it->second;
       syncing_pool_ = *pool;
@@ -446,7 +446,7 @@ void ResourceSlicePublisher::RunWorker(std::stop_token stop) {
     common::Status status = SyncPool(*pool, stop, retry);
     bool outside_change = false;
     {
-      std::lock_guard lock(state_mutex_);
+      common::MutexLock lock(state_mutex_);
       outside_change = EndSyncLocked();
       if (outside_change) MarkDirtyLocked(*pool);
       if (status.ok() || !retry) {
@@ -488,7 +488,7 @@ void ResourceSlicePublisher::Reread(const std::string& name, std::stop_token sto
   if (fresh.ok()) {
     RecordWritten(*fresh);
   } else if (k8s::IsNotFound(fresh.status())) {
-    std::lock_guard lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     known_.erase(name);
   }
 }
@@ -518,7 +518,7 @@ common::Status ResourceSlicePublisher::SyncPool(const std::string& pool, std::st
   std::optional<Expanded> desired;
   std::vector<json> existing;
   {
-    std::lock_guard lock(state_mutex_);
+    common::MutexLock lock(state_mutex_);
     auto it = desired_.find(pool);
     if (it != desired_.end()) desired = it->second;
     for (const auto& [name, known] : known_) {

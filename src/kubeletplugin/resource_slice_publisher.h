@@ -57,7 +57,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <stop_token>
@@ -68,7 +67,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "k8s/cache/informer.h"
 #include "k8s/client.h"
 #include "k8s/workqueue/rate_limiter.h"
@@ -139,20 +140,20 @@ class ResourceSlicePublisher {
   // the background. A pool that fails validation (duplicate device or
   // counter-set names in the pool, a consumesCounters reference that does
   // not resolve) is left as published and reported by WaitForSync.
-  void Update(DriverResources desired);
+  void Update(DriverResources desired) EXCLUDES(state_mutex_);
 
   // Blocks until the API server holds what the last Update asked for (the
   // watch has synced, every pool synced since). kDeadlineExceeded after
   // `timeout`, naming the pools not yet synced and their last errors;
   // kInvalidArgument when a desired pool failed validation (the rest is
   // synced). Before the first Update it waits like any other unsynced state.
-  common::Status WaitForSync(std::chrono::milliseconds timeout);
+  common::Status WaitForSync(std::chrono::milliseconds timeout) EXCLUDES(state_mutex_);
 
   // Update({}) and WaitForSync(timeout): deletes every slice of this driver
   // on this node, including pools of earlier runs.
   common::Status DeleteAll(std::chrono::milliseconds timeout);
 
-  PublisherStats stats() const;
+  PublisherStats stats() const EXCLUDES(state_mutex_);
 
  private:
   // A slice as last seen on the watch or returned by our own write.
@@ -196,12 +197,12 @@ class ResourceSlicePublisher {
   void FinishDelete(const std::string& name, const std::string& uid, bool deleted);
   // Ends the sync of `pool`: true when an event seen meanwhile was not the
   // echo of one of its writes (someone else changed the pool).
-  bool EndSyncLocked();
+  bool EndSyncLocked() REQUIRES(state_mutex_);
   // Stores `object` in known_ unless it is older than what is there; returns
   // whether anything changed.
-  bool UpsertLocked(const nlohmann::json& object);
+  bool UpsertLocked(const nlohmann::json& object) REQUIRES(state_mutex_);
   // Counts `pool` as needing a sync; the caller queues it afterwards.
-  void MarkDirtyLocked(const std::string& pool) { ++dirty_[pool]; }
+  void MarkDirtyLocked(const std::string& pool) REQUIRES(state_mutex_) { ++dirty_[pool]; }
 
   k8s::Client& client_;
   const PublisherOptions options_;
@@ -216,25 +217,25 @@ class ResourceSlicePublisher {
   std::map<std::string, std::map<std::size_t, Accepted>> accepted_;  // pool -> slice index
   std::string node_uid_;
 
-  mutable std::mutex state_mutex_;  // guards the members below
+  mutable common::Mutex state_mutex_;  // guards the members below
   std::condition_variable_any state_changed_;
-  bool has_desired_ = false;
-  bool informer_synced_ = false;
-  std::map<std::string, Expanded> desired_;
-  std::map<std::string, Known> known_;  // by slice name
+  bool has_desired_ GUARDED_BY(state_mutex_) = false;
+  bool informer_synced_ GUARDED_BY(state_mutex_) = false;
+  std::map<std::string, Expanded> desired_ GUARDED_BY(state_mutex_);
+  std::map<std::string, Known> known_ GUARDED_BY(state_mutex_);  // by slice name
   // UIDs of slices this publisher deletes or deleted, so their watch events
   // are not mistaken for someone else's; pruned after a while.
-  std::map<std::string, std::chrono::steady_clock::time_point> deleted_uids_;
+  std::map<std::string, std::chrono::steady_clock::time_point> deleted_uids_ GUARDED_BY(state_mutex_);
   // While the worker syncs a pool, watch events for it are collected here
   // (uid, resourceVersion) instead of queuing the pool, and checked at the
   // end against own_writes_ ("uid/resourceVersion" of our writes), so an
   // echo that overtakes the write's response is not taken for an outside
   // change, and an outside change is not lost.
-  std::string syncing_pool_;
-  std::vector<std::pair<std::string, std::string>> sync_events_;
-  std::set<std::string> own_writes_;
-  std::map<std::string, std::uint64_t> dirty_;    // pool -> times marked; erased once synced
-  std::map<std::string, common::Status> errors_;  // pool -> last failed sync
+  std::string syncing_pool_ GUARDED_BY(state_mutex_);
+  std::vector<std::pair<std::string, std::string>> sync_events_ GUARDED_BY(state_mutex_);
+  std::set<std::string> own_writes_ GUARDED_BY(state_mutex_);
+  std::map<std::string, std::uint64_t> dirty_ GUARDED_BY(state_mutex_);    // pool -> times marked; erased once synced
+  std::map<std::string, common::Status> errors_ GUARDED_BY(state_mutex_);  // pool -> last failed sync
 
   // Last, so it stops before the state it uses is destroyed.
   std::jthread worker_;

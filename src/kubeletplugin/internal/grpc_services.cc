@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 
 namespace nvdra::kubeletplugin::internal {
 
@@ -38,7 +40,7 @@ grpc::Status RegistrationService::NotifyRegistrationStatus(
     grpc::ServerContext* /*context*/, const registration::RegistrationStatus* request,
     registration::RegistrationStatusResponse* /*response*/) {
   {
-    std::lock_guard lock(state_mu_);
+    common::MutexLock lock(state_mu_);
     state_.notified = true;
     state_.registered = request->plugin_registered();
     state_.error = request->error();
@@ -54,7 +56,7 @@ grpc::Status RegistrationService::NotifyRegistrationStatus(
 }
 
 RegistrationState RegistrationService::state() const {
-  std::lock_guard lock(state_mu_);
+  common::MutexLock lock(state_mu_);
   return state_;
 }
 
@@ -204,8 +206,8 @@ class HealthStream final : public grpc::ServerWriteReactor<Response>, public Hea
     return stream.get();
   }
 
-  void Offer(const HealthReport& report) override {
-    std::unique_lock lock(mu_);
+  void Offer(const HealthReport& report) override EXCLUDES(mu_) {
+    common::MutexLock lock(mu_);
     if (finish_wanted_) return;
     if (writing_) {
       pending_ = report;
@@ -213,14 +215,14 @@ class HealthStream final : public grpc::ServerWriteReactor<Response>, public Hea
     }
     writing_ = true;
     FillCurrent(*report);
-    lock.unlock();
+    lock.Unlock();
     this->StartWrite(&current_);
   }
 
   void Close() override { RequestFinish(grpc::Status::OK); }
 
-  void OnWriteDone(bool ok) override {
-    std::unique_lock lock(mu_);
+  void OnWriteDone(bool ok) override EXCLUDES(mu_) {
+    common::MutexLock lock(mu_);
     if (!ok && !finish_wanted_) {
       // The client went away (or the server is cancelling calls).
       finish_wanted_ = true;
@@ -230,14 +232,14 @@ class HealthStream final : public grpc::ServerWriteReactor<Response>, public Hea
       writing_ = false;
       finish_called_ = true;
       const grpc::Status status = finish_status_;
-      lock.unlock();
+      lock.Unlock();
       this->Finish(status);
       return;
     }
     if (pending_) {
       FillCurrent(**pending_);
       pending_.reset();
-      lock.unlock();
+      lock.Unlock();
       this->StartWrite(&current_);
       return;
     }
@@ -257,8 +259,8 @@ class HealthStream final : public grpc::ServerWriteReactor<Response>, public Hea
   }
 
  private:
-  void RequestFinish(grpc::Status status) {
-    std::unique_lock lock(mu_);
+  void RequestFinish(grpc::Status status) EXCLUDES(mu_) {
+    common::MutexLock lock(mu_);
     if (finish_wanted_ && (writing_ || finish_called_)) return;
     if (!finish_wanted_) {
       finish_wanted_ = true;
@@ -267,22 +269,24 @@ class HealthStream final : public grpc::ServerWriteReactor<Response>, public Hea
     if (writing_ || finish_called_) return;  // OnWriteDone finishes
     finish_called_ = true;
     const grpc::Status final_status = finish_status_;
-    lock.unlock();
+    lock.Unlock();
     this->Finish(final_status);
   }
 
-  void FillCurrent(const std::vector<DeviceHealth>& devices) { ToProto(devices, &current_); }
+  void FillCurrent(const std::vector<DeviceHealth>& devices) REQUIRES(mu_) { ToProto(devices, &current_); }
 
   const std::shared_ptr<HealthHub> hub_;
   std::shared_ptr<HealthStream> self_;  // set by Open, released in OnDone
 
-  std::mutex mu_;  // guards everything below
-  bool writing_ = false;
-  bool finish_wanted_ = false;
-  bool finish_called_ = false;
-  grpc::Status finish_status_;
-  std::optional<HealthReport> pending_;
-  Response current_;  // the message being written; stable while writing_
+  common::Mutex mu_;  // guards everything below
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool finish_wanted_ GUARDED_BY(mu_) = false;
+  bool finish_called_ GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ GUARDED_BY(mu_);
+  std::optional<HealthReport> pending_ GUARDED_BY(mu_);
+  // The message being written: filled under mu_, then read by gRPC without
+  // it, which is safe because nothing refills it while writing_ is set.
+  Response current_ GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -298,13 +302,13 @@ void ToProto(const std::vector<DeviceHealth>& devices,
 }
 
 HealthReport HealthHub::Add(std::shared_ptr<HealthSink> sink) {
-  std::lock_guard lock(mu_);
+  common::MutexLock lock(mu_);
   sinks_.push_back(std::move(sink));
   return latest_;
 }
 
 void HealthHub::Remove(const HealthSink* sink) {
-  std::lock_guard lock(mu_);
+  common::MutexLock lock(mu_);
   std::erase_if(sinks_, [sink](const auto& s) { return s.get() == sink; });
 }
 
@@ -312,7 +316,7 @@ void HealthHub::Publish(std::vector<DeviceHealth> devices) {
   auto report = std::make_shared<const std::vector<DeviceHealth>>(std::move(devices));
   std::vector<std::shared_ptr<HealthSink>> sinks;
   {
-    std::lock_guard lock(mu_);
+    common::MutexLock lock(mu_);
     latest_ = report;
     sinks = sinks_;
   }
@@ -323,7 +327,7 @@ void HealthHub::Publish(std::vector<DeviceHealth> devices) {
 void HealthHub::CloseAll() {
   std::vector<std::shared_ptr<HealthSink>> sinks;
   {
-    std::lock_guard lock(mu_);
+    common::MutexLock lock(mu_);
     sinks = sinks_;
   }
   for (const auto& sink : sinks) sink->Close();

@@ -14,7 +14,6 @@
 // Thread-safety: thread-safe; gRPC calls each service from many threads.
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,8 @@
 #include "pkg/apis/dra/v1beta1/api.grpc.pb.h"
 #include "pkg/apis/pluginregistration/v1/api.grpc.pb.h"
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "kubeletplugin/dra_service.h"
 #include "kubeletplugin/plugin_server.h"
 
@@ -56,15 +57,15 @@ class RegistrationService final : public registration::Registration::Service {
                                         const registration::RegistrationStatus* request,
                                         registration::RegistrationStatusResponse* response) override;
 
-  RegistrationState state() const;
+  RegistrationState state() const EXCLUDES(state_mu_);
 
  private:
   const std::string driver_name_;
   const std::string endpoint_;
   const std::vector<std::string> supported_versions_;
 
-  mutable std::mutex state_mu_;  // guards state_
-  RegistrationState state_;
+  mutable common::Mutex state_mu_;  // guards state_
+  RegistrationState state_ GUARDED_BY(state_mu_);
 };
 
 // --- DRAPlugin -------------------------------------------------------------------
@@ -119,17 +120,17 @@ class HealthSink {
 class HealthHub {
  public:
   // Adds a stream; returns the latest report (null if none yet) for it to send.
-  HealthReport Add(std::shared_ptr<HealthSink> sink);
-  void Remove(const HealthSink* sink);
+  HealthReport Add(std::shared_ptr<HealthSink> sink) EXCLUDES(mu_);
+  void Remove(const HealthSink* sink) EXCLUDES(mu_);
   // Stores `devices` as the latest report and offers it to every stream.
-  void Publish(std::vector<DeviceHealth> devices);
+  void Publish(std::vector<DeviceHealth> devices) EXCLUDES(mu_);
   // Ends every open stream (server shutdown or rebind).
-  void CloseAll();
+  void CloseAll() EXCLUDES(mu_);
 
  private:
-  std::mutex mu_;  // guards sinks_, latest_
-  std::vector<std::shared_ptr<HealthSink>> sinks_;
-  HealthReport latest_;
+  common::Mutex mu_;  // guards sinks_, latest_
+  std::vector<std::shared_ptr<HealthSink>> sinks_ GUARDED_BY(mu_);
+  HealthReport latest_ GUARDED_BY(mu_);
 };
 
 class DraHealthV1Service final : public healthv1::DRAResourceHealth::CallbackService {

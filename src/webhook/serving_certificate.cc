@@ -144,9 +144,15 @@ StatusOr<std::unique_ptr<ServingCertificate>> ServingCertificate::Start(fs::path
                                                                          common::MetricsRegistry& registry) {
   std::unique_ptr<ServingCertificate> self(
       new ServingCertificate(std::move(cert_file), std::move(key_file), registry));
-  ASSIGN_OR_RETURN(self->pair_, LoadPair(self->cert_file_, self->key_file_));
-  self->generation_ = 1;
-  self->not_after_.Set(static_cast<double>(self->pair_->not_after));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Pair> first, LoadPair(self->cert_file_, self->key_file_));
+  const std::time_t not_after = first->not_after;
+  {
+    // No other thread sees `self` yet: the lock only states the rule.
+    common::MutexLock lock(self->mu_);
+    self->pair_ = std::move(first);
+    self->generation_ = 1;
+  }
+  self->not_after_.Set(static_cast<double>(not_after));
 
   self->inotify_fd_.Reset(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!self->inotify_fd_) return common::ErrnoToStatus(errno, "inotify_init1");
@@ -216,7 +222,7 @@ Status ServingCertificate::Reload() {
   const std::time_t not_after = (*loaded)->not_after;
   std::uint64_t generation = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(mu_);
     // Events come for files beside ours and for temporary files before the
     // rename that replaces ours: unchanged bytes are not a new certificate.
     if (pair_->cert_pem == (*loaded)->cert_pem && pair_->key_pem == (*loaded)->key_pem) return common::OkStatus();
@@ -233,20 +239,20 @@ Status ServingCertificate::Reload() {
 }
 
 std::uint64_t ServingCertificate::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  common::MutexLock lock(mu_);
   return generation_;
 }
 
 std::uint64_t ServingCertificate::WaitForGenerationAfter(std::uint64_t seen, std::chrono::milliseconds timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait_for(lock, timeout, [&] { return generation_ > seen; });
+  common::MutexLock lock(mu_);
+  changed_.wait_for(lock.native(), timeout, [&]() REQUIRES(mu_) { return generation_ > seen; });
   return generation_;
 }
 
 std::string ServingCertificate::Describe() const {
   std::shared_ptr<const Pair> pair;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    common::MutexLock lock(mu_);
     pair = pair_;
   }
   return fmt::format("{} (notAfter {})", pair->subject, static_cast<std::int64_t>(pair->not_after));
@@ -262,7 +268,7 @@ int ServingCertificate::OnHandshake(SSL* ssl, void* self) {
   auto* certificate = static_cast<ServingCertificate*>(self);
   std::shared_ptr<const Pair> pair;
   {
-    std::lock_guard<std::mutex> lock(certificate->mu_);
+    common::MutexLock lock(certificate->mu_);
     pair = certificate->pair_;
   }
   // Each call takes its own reference, so the pair may be replaced while

@@ -25,12 +25,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/unique_fd.h"
 
 namespace nvdra::webhook {
@@ -57,16 +58,16 @@ class ServingCertificate {
   // service change nothing (OK). On error the previous pair stays in service
   // and the error is returned (the watcher logs it and waits for the next
   // change).
-  common::Status Reload();
+  common::Status Reload() EXCLUDES(mu_);
 
   // How many pairs have been loaded (1 after Start); grows on each reload
   // that found new contents.
-  std::uint64_t generation() const;
+  std::uint64_t generation() const EXCLUDES(mu_);
   // Blocks until generation() > `seen` or `timeout` passes; returns
   // generation(). For tests and for logs.
-  std::uint64_t WaitForGenerationAfter(std::uint64_t seen, std::chrono::milliseconds timeout) const;
+  std::uint64_t WaitForGenerationAfter(std::uint64_t seen, std::chrono::milliseconds timeout) const EXCLUDES(mu_);
   // Subject and notAfter of the served certificate, for logs.
-  std::string Describe() const;
+  std::string Describe() const EXCLUDES(mu_);
 
   struct Pair;  // the parsed chain and key (serving_certificate.cc)
 
@@ -85,10 +86,10 @@ class ServingCertificate {
   common::UniqueFd inotify_fd_;
   common::UniqueFd wake_fd_;  // written by the destructor to stop the watcher
 
-  mutable std::mutex mu_;  // guards pair_ and generation_
+  mutable common::Mutex mu_;  // guards pair_ and generation_
   mutable std::condition_variable changed_;
-  std::shared_ptr<const Pair> pair_;
-  std::uint64_t generation_ = 0;
+  std::shared_ptr<const Pair> pair_ GUARDED_BY(mu_);
+  std::uint64_t generation_ GUARDED_BY(mu_) = 0;
 
   // Last: joined before the members it uses are destroyed.
   std::jthread watcher_;

@@ -77,12 +77,12 @@ CdDeviceState::CdDeviceState(CdDeviceStateOptions options, std::string clique_id
     : options_(std::move(options)), client_(client), watch_(watch), cdi_(cdi), clique_id_(std::move(clique_id)) {}
 
 std::string CdDeviceState::clique_id() const {
-  std::lock_guard<std::mutex> lock(clique_mu_);
+  common::MutexLock lock(clique_mu_);
   return clique_id_;
 }
 
 void CdDeviceState::set_clique_id(std::string clique_id) {
-  std::lock_guard<std::mutex> lock(clique_mu_);
+  common::MutexLock lock(clique_mu_);
   clique_id_ = std::move(clique_id);
 }
 
@@ -244,7 +244,7 @@ Status CdDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim
 
 void CdDeviceState::RemoveStaleDomainDirs() {
   if (options_.host_managed) return;  // no daemon claims, no folders
-  std::lock_guard<std::mutex> lock(dirs_mu_);
+  common::MutexLock lock(dirs_mu_);
   std::error_code ec;
   fs::directory_iterator it(options_.domains_dir, ec);
   if (ec) return;  // none yet, or unreadable: nothing this sweep can do

@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "computedomain/cdi.h"
 #include "computedomain/config.h"
@@ -170,9 +171,9 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   k8s::Client& client_;
   DomainWatch& watch_;
   const CdCdi& cdi_;
-  mutable std::mutex clique_mu_;  // guards clique_id_
-  std::mutex dirs_mu_;            // one RemoveStaleDomainDirs at a time
-  std::string clique_id_;
+  mutable common::Mutex clique_mu_;
+  common::Mutex dirs_mu_;  // one RemoveStaleDomainDirs at a time (guards the folders, no member)
+  std::string clique_id_ GUARDED_BY(clique_mu_);
   // Domains ReleaseUnusedNodeLabel found unused on its last call (only that
   // method, with the preparer's locks held, touches it).
   std::set<std::string> unused_last_time_;

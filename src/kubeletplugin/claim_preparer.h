@@ -193,7 +193,10 @@ class ClaimPreparer final : public DraDriver {
   const ClaimPreparerOptions options_;
   const ClaimReader& claims_;
   ClaimDeviceBackend& backend_;
-  mutable std::mutex mu_;  // with pu.lock: one claim operation at a time
+  // With pu.lock: one claim operation at a time. It guards no member (what
+  // it protects is the checkpoint on disk, together with the file locks),
+  // so it carries no annotation; Hold() returns it held with the rest.
+  mutable std::mutex mu_;
 };
 
 }  // namespace nvdra::kubeletplugin

@@ -6,7 +6,7 @@ namespace nvdra::computedomain::controller {
 
 std::optional<ChannelReservation> ChannelRegistry::Reserve(const std::string& uid, std::optional<int> recorded,
                                                            const std::set<int>& recorded_elsewhere) {
-  std::lock_guard lock(channels_mu_);
+  common::MutexLock lock(channels_mu_);
   if (recorded) {
     channels_[uid] = *recorded;
     return ChannelReservation{.channel = *recorded, .needs_write = false};
@@ -23,12 +23,12 @@ std::optional<ChannelReservation> ChannelRegistry::Reserve(const std::string& ui
 }
 
 void ChannelRegistry::Record(const std::string& uid, int channel) {
-  std::lock_guard lock(channels_mu_);
+  common::MutexLock lock(channels_mu_);
   channels_[uid] = channel;
 }
 
 void ChannelRegistry::Forget(const std::string& uid) {
-  std::lock_guard lock(channels_mu_);
+  common::MutexLock lock(channels_mu_);
   channels_.erase(uid);
 }
 

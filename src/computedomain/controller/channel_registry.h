@@ -15,6 +15,8 @@
 #include <set>
 #include <string>
 
+#include "common/mutex.h"
+
 namespace nvdra::computedomain::controller {
 
 struct ChannelReservation {
@@ -41,8 +43,8 @@ class ChannelRegistry {
  private:
   const int channel_count_;
 
-  std::mutex channels_mu_;  // guards the member below
-  std::map<std::string, int> channels_;  // domain UID -> channel handed out
+  common::Mutex channels_mu_;
+  std::map<std::string, int> channels_ GUARDED_BY(channels_mu_);  // domain UID -> channel handed out
 };
 
 }  // namespace nvdra::computedomain::controller

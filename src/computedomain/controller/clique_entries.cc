@@ -151,7 +151,7 @@ Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_to
     {
       // Our own last write may be newer than the cache (its watch event is
       // on its way): compute from it, so we neither conflict nor repeat.
-      std::lock_guard lock(entries_mu_);
+      common::MutexLock lock(entries_mu_);
       auto it = cliques_written_.find(clique.Key());
       if (it != cliques_written_.end() && VersionNumber(it->second) > VersionNumber(newest)) newest = it->second;
     }
@@ -205,7 +205,7 @@ Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_to
              {{"clique", name},
               {"entries", entries.daemons.size()},
               {"resourceVersion", common::JsonString(*result, {"metadata", "resourceVersion"})}});
-    std::lock_guard lock(entries_mu_);
+    common::MutexLock lock(entries_mu_);
     cliques_written_[options_.driver_namespace + "/" + name] = *std::move(result);
   }
   return first_error;
@@ -230,7 +230,7 @@ void CliqueEntryWriter::RecordDeparture(const std::string& uid, const std::strin
   // With cliques, SyncCliques drops entries without a member pod itself.
   if (options_.cliques_enabled) return;
   if (uid.empty() || node.empty() || ip.empty()) return;
-  std::lock_guard lock(entries_mu_);
+  common::MutexLock lock(entries_mu_);
   departed_[uid][node] = ip;
 }
 
@@ -260,7 +260,7 @@ Status CliqueEntryWriter::PruneDeparted(const k8s::ComputeDomain& cd, std::stop_
   const std::string uid = cd.uid();
   std::map<std::string, std::string> departed;
   {
-    std::lock_guard lock(entries_mu_);
+    common::MutexLock lock(entries_mu_);
     auto it = departed_.find(uid);
     if (it == departed_.end()) return OkStatus();
     departed = it->second;
@@ -279,7 +279,7 @@ Status CliqueEntryWriter::PruneDeparted(const k8s::ComputeDomain& cd, std::stop_
     }
   }
   // Done with departures whose entry is gone (or never was there).
-  std::lock_guard lock(entries_mu_);
+  common::MutexLock lock(entries_mu_);
   auto it = departed_.find(uid);
   if (it != departed_.end()) {
     for (const auto& [node, ip] : departed) {
@@ -292,7 +292,7 @@ Status CliqueEntryWriter::PruneDeparted(const k8s::ComputeDomain& cd, std::stop_
 }
 
 void CliqueEntryWriter::Forget(const std::string& uid) {
-  std::lock_guard lock(entries_mu_);
+  common::MutexLock lock(entries_mu_);
   departed_.erase(uid);
   const std::string prefix = options_.driver_namespace + "/" + uid + ".";
   std::erase_if(cliques_written_, [&](const auto& item) { return item.first.starts_with(prefix); });

@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "computedomain/clique_membership.h"
 #include "computedomain/controller/api_writer.h"
@@ -105,11 +106,11 @@ class CliqueEntryWriter {
   const ControllerCaches& caches_;
   const ControllerOptions& options_;
 
-  mutable std::mutex entries_mu_;  // guards the members below
+  mutable common::Mutex entries_mu_;
   // domain UID -> node -> IP of a deleted daemon pod whose entry may remain
-  std::map<std::string, std::map<std::string, std::string>> departed_;
+  std::map<std::string, std::map<std::string, std::string>> departed_ GUARDED_BY(entries_mu_);
   // "<ns>/<name>" of a clique -> the object our last write of it made
-  std::map<std::string, nlohmann::json> cliques_written_;
+  std::map<std::string, nlohmann::json> cliques_written_ GUARDED_BY(entries_mu_);
 };
 
 }  // namespace nvdra::computedomain::controller

@@ -55,7 +55,7 @@ Controller::~Controller() {
 }
 
 ControllerStats Controller::stats() const {
-  std::lock_guard lock(lifecycle_mu_);
+  common::MutexLock lock(lifecycle_mu_);
   ControllerStats stats = stats_;
   stats.writes = writer_->writes();
   return stats;
@@ -87,7 +87,7 @@ void Controller::OnDomainDeleted(const ObjectPtr& object) {
     const std::string uid = k8s::Object(*object).uid();
     status_.ObserveStatus(uid, "");
     {
-      std::lock_guard lock(lifecycle_mu_);
+      common::MutexLock lock(lifecycle_mu_);
       torn_down_.erase(uid);
     }
     // Normally the cascade left nothing. A domain that went without it (its
@@ -213,7 +213,7 @@ void Controller::Work(std::stop_token stop) {
   while (std::optional<WorkItem> item = queue_.Get(stop)) {
     Status status = Process(*item, stop);
     {
-      std::lock_guard lock(lifecycle_mu_);
+      common::MutexLock lock(lifecycle_mu_);
       ++stats_.reconciles;
       if (!status.ok()) ++stats_.failures;
     }
@@ -266,12 +266,12 @@ Status Controller::ReconcileDomain(const std::string& key, std::stop_token stop)
   if (!cd.HasFinalizer(kFinalizer)) return OkStatus();
   {
     // The cache may still show the finalizer we just removed.
-    std::lock_guard lock(lifecycle_mu_);
+    common::MutexLock lock(lifecycle_mu_);
     if (torn_down_.contains(cd.uid())) return OkStatus();
   }
   RETURN_IF_ERROR(cleaner_.Teardown(cd, stop));
   {
-    std::lock_guard lock(lifecycle_mu_);
+    common::MutexLock lock(lifecycle_mu_);
     torn_down_.insert(cd.uid());
   }
   ForgetDomain(cd.uid());

@@ -36,6 +36,7 @@
 #include <stop_token>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "computedomain/controller/api_writer.h"
 #include "computedomain/controller/caches.h"
@@ -128,10 +129,10 @@ class Controller {
   DomainCleaner cleaner_;
   k8s::workqueue::WorkQueue<WorkItem, WorkItemHash> queue_;
 
-  mutable std::mutex lifecycle_mu_;  // guards the members below
+  mutable common::Mutex lifecycle_mu_;
   // UIDs whose teardown finished and whose delete event is pending
-  std::set<std::string> torn_down_;
-  ControllerStats stats_;  // reconciles and failures (writes: ApiWriter)
+  std::set<std::string> torn_down_ GUARDED_BY(lifecycle_mu_);
+  ControllerStats stats_ GUARDED_BY(lifecycle_mu_);  // reconciles and failures (writes: ApiWriter)
 };
 
 }  // namespace nvdra::computedomain::controller

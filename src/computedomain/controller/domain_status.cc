@@ -108,7 +108,7 @@ void DomainStatusUpdater::ObserveStatus(const std::string& uid, const std::strin
       "Current number of ComputeDomain custom resources in the cluster as seen by compute-domain-controller, "
       "partitioned by compute domain status.",
       {"status"});
-  std::lock_guard lock(status_mu_);
+  common::MutexLock lock(status_mu_);
   auto it = observed_status_.find(uid);
   if (it != observed_status_.end()) {
     if (it->second == status) return;
@@ -121,7 +121,7 @@ void DomainStatusUpdater::ObserveStatus(const std::string& uid, const std::strin
 }
 
 void DomainStatusUpdater::Forget(const std::string& uid) {
-  std::lock_guard lock(status_mu_);
+  common::MutexLock lock(status_mu_);
   last_category_.erase(uid);
   written_.Forget(uid);
 }
@@ -140,7 +140,7 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   // Events on transitions only (and on a new kind of reason), not per poll.
   bool emit = false;
   {
-    std::lock_guard lock(status_mu_);
+    common::MutexLock lock(status_mu_);
     std::string& last = last_category_[uid];
     emit = last != report.Category();
     last = report.Category();
@@ -167,14 +167,14 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   const json patch = {{"status", patch_status}};
   const std::string base = cd.resource_version();
   {
-    std::lock_guard lock(status_mu_);
+    common::MutexLock lock(status_mu_);
     if (written_.AlreadyWritten(uid, base, patch)) return OkStatus();  // our write is not in the cache yet
   }
   auto result = writer_.Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(),
                               k8s::PatchType::kMerge, patch, "status", stop);
   if (!result.ok()) return result.status();
   {
-    std::lock_guard lock(status_mu_);
+    common::MutexLock lock(status_mu_);
     written_.Remember(uid, base, common::JsonString(*result, {"metadata", "resourceVersion"}), patch);
   }
   if (current_status != report.status) {

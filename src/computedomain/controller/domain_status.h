@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "computedomain/controller/api_writer.h"
 #include "computedomain/controller/caches.h"
@@ -93,10 +94,11 @@ class DomainStatusUpdater {
   const ControllerCaches& caches_;
   const ControllerOptions& options_;
 
-  mutable std::mutex status_mu_;  // guards the members below
-  std::map<std::string, std::string> last_category_;    // domain UID -> last Event's category
-  std::map<std::string, std::string> observed_status_;  // domain UID -> status counted in the info gauge
-  StatusWriteMemo written_;
+  mutable common::Mutex status_mu_;
+  std::map<std::string, std::string> last_category_ GUARDED_BY(status_mu_);    // domain UID -> last Event's category
+  // domain UID -> status counted in the info gauge
+  std::map<std::string, std::string> observed_status_ GUARDED_BY(status_mu_);
+  StatusWriteMemo written_ GUARDED_BY(status_mu_);
 };
 
 }  // namespace nvdra::computedomain::controller

@@ -69,7 +69,7 @@ Status NodeLabeler::LabelAllocatedNode(const std::string& claim_key, std::stop_t
   const k8s::ComputeDomain cd(*domains.front());
   const std::string claim_namespace = common::JsonString(*claim, {"metadata", "namespace"});
 
-  std::lock_guard lock(label_decision_mu_);
+  common::MutexLock lock(label_decision_mu_);
   std::string current;
   if (ObjectPtr labelled = caches_.labelled_nodes->store().Get(node)) {
     current = LabelOf(*labelled, kComputeDomainLabel);

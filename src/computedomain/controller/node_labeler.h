@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "computedomain/controller/api_writer.h"
 #include "computedomain/controller/caches.h"
@@ -77,9 +78,9 @@ class NodeLabeler {
   // Guards the members below, and is held across one label decision and its
   // write: two domains' claims on one node (channel isolation) must not both
   // label it. The write is one small patch; nothing else waits on it.
-  std::mutex label_decision_mu_;
+  common::Mutex label_decision_mu_;
   // node -> (domain UID, when) of our early node label writes
-  std::map<std::string, std::pair<std::string, k8s::workqueue::TimePoint>> written_;
+  std::map<std::string, std::pair<std::string, k8s::workqueue::TimePoint>> written_ GUARDED_BY(label_decision_mu_);
 };
 
 }  // namespace nvdra::computedomain::controller

@@ -78,14 +78,8 @@ StatusOr<CdiContainerEdits> CdCdi::ImexManagementEdits() const {
   ASSIGN_OR_RETURN(const std::int64_t major, drivercdi::ReadCharDeviceMajor(options_.proc.devices_file(), "nvidia-caps"));
   ASSIGN_OR_RETURN(const drivercdi::NvCapDeviceInfo cap,
                    drivercdi::ParseNvCapFile(options_.proc.capabilities_dir() / "fabric-imex-mgmt"));
-  CdiDeviceNode node;
-  node.path = fmt::format("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
-  node.type = "c";
-  node.major = major;
-  node.minor = cap.minor;
-  node.file_mode = cap.mode;
   CdiContainerEdits edits;
-  edits.device_nodes.push_back(std::move(node));
+  edits.device_nodes.push_back(drivercdi::CapDeviceNode(major, cap));
   return edits;
 }
 

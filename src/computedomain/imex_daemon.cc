@@ -337,18 +337,22 @@ void ImexDaemon::StartImex() {
   LOG_INFO(2, "nvidia-imex started", {{"pid", imex_->pid()}, {"config", config_path_}});
 }
 
-void ImexDaemon::StopImex() {
-  if (!imex_) return;
-  const pid_t pid = imex_->pid();
-  const common::ExitInfo exit = imex_->Terminate(options_.stop_grace);
+void ImexDaemon::ForgetImex() {
   imex_.reset();
   {
     common::MutexLock lock(mutex_);
-    ++imex_generation_;
+    ++imex_generation_;  // the poller drops answers of the old process
     imex_running_ = false;
     ready_ = false;
   }
   poll_cv_.notify_all();
+}
+
+void ImexDaemon::StopImex() {
+  if (!imex_) return;
+  const pid_t pid = imex_->pid();
+  const common::ExitInfo exit = imex_->Terminate(options_.stop_grace);
+  ForgetImex();
   LOG_INFO(2, "nvidia-imex stopped", {{"pid", pid}, {"exit", exit.ToString()}});
 }
 
@@ -359,14 +363,7 @@ void ImexDaemon::OnImexExited() {
   if (now - imex_started_at_ >= kRestartBackoffReset) restart_backoff_ = kRestartBackoffMin;
   LOG_WARNING("nvidia-imex exited unexpectedly; restarting it",
               {{"exit", exit->ToString()}, {"retryInMs", restart_backoff_.count()}});
-  imex_.reset();
-  {
-    common::MutexLock lock(mutex_);
-    ++imex_generation_;
-    imex_running_ = false;
-    ready_ = false;
-  }
-  poll_cv_.notify_all();
+  ForgetImex();
   restart_at_ = now + restart_backoff_;
   restart_backoff_ = std::min(restart_backoff_ * 2, kRestartBackoffMax);
   // The crashed daemon already sent no goodbye; a reload window does not

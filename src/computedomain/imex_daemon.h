@@ -115,6 +115,9 @@ class ImexDaemon {
   void StartImex();
   void StopImex();
   void OnImexExited();
+  // Drops the child (gone or stopped) and tells the poller: not running, not
+  // ready, and answers about the old process no longer count.
+  void ForgetImex();
   void PublishIfNeeded();
   void Wake();
   // The poller thread.

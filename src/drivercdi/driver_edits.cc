@@ -516,16 +516,18 @@ StatusOr<CdiContainerEdits> MigDeviceEdits(unsigned parent_minor, unsigned gi_id
   ASSIGN_OR_RETURN(const NvCapDeviceInfo ci,
                    ParseNvCapFile(gi_dir / fmt::format("ci{}", ci_id) / "access"));
   CdiContainerEdits edits = FullGpuEdits(parent_minor, roots);
-  for (const auto& cap : {gi, ci}) {
-    CdiDeviceNode node;
-    node.path = fmt::format("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
-    node.type = "c";
-    node.major = caps_major;
-    node.minor = cap.minor;
-    node.file_mode = cap.mode;
-    edits.device_nodes.push_back(std::move(node));
-  }
+  for (const auto& cap : {gi, ci}) edits.device_nodes.push_back(CapDeviceNode(caps_major, cap));
   return edits;
+}
+
+CdiDeviceNode CapDeviceNode(std::int64_t caps_major, const NvCapDeviceInfo& cap) {
+  CdiDeviceNode node;
+  node.path = fmt::format("/dev/nvidia-caps/nvidia-cap{}", cap.minor);
+  node.type = "c";
+  node.major = caps_major;
+  node.minor = cap.minor;
+  node.file_mode = cap.mode;
+  return node;
 }
 
 void ToHostPaths(CdiContainerEdits& edits, const DriverRoots& roots) {

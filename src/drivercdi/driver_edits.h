@@ -108,6 +108,10 @@ struct NvCapDeviceInfo {
 };
 [[nodiscard]] common::StatusOr<NvCapDeviceInfo> ParseNvCapFile(const std::filesystem::path& file);
 
+// The device node of a capability: /dev/nvidia-caps/nvidia-cap<minor>, type
+// "c", the "nvidia-caps" major `caps_major`, the capability's minor and mode.
+kubeletplugin::CdiDeviceNode CapDeviceNode(std::int64_t caps_major, const NvCapDeviceInfo& cap);
+
 // The device node of a full GPU, /dev/nvidia<minor>, with hostPath under the
 // dev root (type, major and mode filled in when it is a character device).
 kubeletplugin::CdiContainerEdits FullGpuEdits(unsigned minor, const DriverRoots& roots);

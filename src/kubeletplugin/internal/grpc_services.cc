@@ -132,29 +132,22 @@ grpc::Status Unprepare(DraDriver& driver, const Request& request, Response* resp
 
 }  // namespace
 
-grpc::Status DraPluginV1Service::NodePrepareResources(grpc::ServerContext* /*context*/,
-                                                      const drav1::NodePrepareResourcesRequest* request,
-                                                      drav1::NodePrepareResourcesResponse* response) {
+template <typename Api>
+grpc::Status DraPluginService<Api>::NodePrepareResources(grpc::ServerContext* /*context*/,
+                                                         const typename Api::PrepareRequest* request,
+                                                         typename Api::PrepareResponse* response) {
   return Prepare(driver_, *request, response);
 }
 
-grpc::Status DraPluginV1Service::NodeUnprepareResources(
-    grpc::ServerContext* /*context*/, const drav1::NodeUnprepareResourcesRequest* request,
-    drav1::NodeUnprepareResourcesResponse* response) {
+template <typename Api>
+grpc::Status DraPluginService<Api>::NodeUnprepareResources(grpc::ServerContext* /*context*/,
+                                                           const typename Api::UnprepareRequest* request,
+                                                           typename Api::UnprepareResponse* response) {
   return Unprepare(driver_, *request, response);
 }
 
-grpc::Status DraPluginV1beta1Service::NodePrepareResources(
-    grpc::ServerContext* /*context*/, const drav1beta1::NodePrepareResourcesRequest* request,
-    drav1beta1::NodePrepareResourcesResponse* response) {
-  return Prepare(driver_, *request, response);
-}
-
-grpc::Status DraPluginV1beta1Service::NodeUnprepareResources(
-    grpc::ServerContext* /*context*/, const drav1beta1::NodeUnprepareResourcesRequest* request,
-    drav1beta1::NodeUnprepareResourcesResponse* response) {
-  return Unprepare(driver_, *request, response);
-}
+template class DraPluginService<DraV1Api>;
+template class DraPluginService<DraV1beta1Api>;
 
 // --- DRAResourceHealth ------------------------------------------------------------
 

@@ -69,36 +69,42 @@ class RegistrationService final : public registration::Registration::Service {
 };
 
 // --- DRAPlugin -------------------------------------------------------------------
-// One adapter per version; the messages have the same shape (v1 adds
-// Device.share_id, which DraDriver does not produce yet).
+// One adapter per version, from one template: the messages have the same
+// shape (v1 adds Device.share_id, which DraDriver does not produce yet).
+// `Api` names a version's service and messages (DraV1Api, DraV1beta1Api).
 
-class DraPluginV1Service final : public drav1::DRAPlugin::Service {
+template <typename Api>
+class DraPluginService final : public Api::Service {
  public:
-  explicit DraPluginV1Service(DraDriver& driver) : driver_(driver) {}
-  grpc::Status NodePrepareResources(grpc::ServerContext* context,
-                                    const drav1::NodePrepareResourcesRequest* request,
-                                    drav1::NodePrepareResourcesResponse* response) override;
-  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
-                                      const drav1::NodeUnprepareResourcesRequest* request,
-                                      drav1::NodeUnprepareResourcesResponse* response) override;
+  explicit DraPluginService(DraDriver& driver) : driver_(driver) {}
+  grpc::Status NodePrepareResources(grpc::ServerContext* context, const typename Api::PrepareRequest* request,
+                                    typename Api::PrepareResponse* response) override;
+  grpc::Status NodeUnprepareResources(grpc::ServerContext* context, const typename Api::UnprepareRequest* request,
+                                      typename Api::UnprepareResponse* response) override;
 
  private:
   DraDriver& driver_;
 };
 
-class DraPluginV1beta1Service final : public drav1beta1::DRAPlugin::Service {
- public:
-  explicit DraPluginV1beta1Service(DraDriver& driver) : driver_(driver) {}
-  grpc::Status NodePrepareResources(grpc::ServerContext* context,
-                                    const drav1beta1::NodePrepareResourcesRequest* request,
-                                    drav1beta1::NodePrepareResourcesResponse* response) override;
-  grpc::Status NodeUnprepareResources(grpc::ServerContext* context,
-                                      const drav1beta1::NodeUnprepareResourcesRequest* request,
-                                      drav1beta1::NodeUnprepareResourcesResponse* response) override;
-
- private:
-  DraDriver& driver_;
+struct DraV1Api {
+  using Service = drav1::DRAPlugin::Service;
+  using PrepareRequest = drav1::NodePrepareResourcesRequest;
+  using PrepareResponse = drav1::NodePrepareResourcesResponse;
+  using UnprepareRequest = drav1::NodeUnprepareResourcesRequest;
+  using UnprepareResponse = drav1::NodeUnprepareResourcesResponse;
 };
+struct DraV1beta1Api {
+  using Service = drav1beta1::DRAPlugin::Service;
+  using PrepareRequest = drav1beta1::NodePrepareResourcesRequest;
+  using PrepareResponse = drav1beta1::NodePrepareResourcesResponse;
+  using UnprepareRequest = drav1beta1::NodeUnprepareResourcesRequest;
+  using UnprepareResponse = drav1beta1::NodeUnprepareResourcesResponse;
+};
+// Defined and instantiated in grpc_services.cc.
+using DraPluginV1Service = DraPluginService<DraV1Api>;
+using DraPluginV1beta1Service = DraPluginService<DraV1beta1Api>;
+extern template class DraPluginService<DraV1Api>;
+extern template class DraPluginService<DraV1beta1Api>;
 
 // --- DRAResourceHealth ------------------------------------------------------------
 

@@ -232,6 +232,14 @@ class ClaimPreparerTest : public ::testing::Test {
             .clock = &clock_};
   }
 
+  // A claim the reader serves from now on.
+  ordered_json PutClaim(const std::string& uid, const std::string& name, const std::vector<std::string>& devices,
+                        ordered_json configs = ordered_json::array(), bool admin = false) {
+    ordered_json claim = Claim(uid, name, devices, std::move(configs), admin);
+    claims_.Put(claim);
+    return claim;
+  }
+
   std::unique_ptr<ClaimPreparer> NewPreparer(bool record_aborted = false) {
     auto preparer = ClaimPreparer::Create(Options(record_aborted), claims_, backend_);
     EXPECT_TRUE(preparer.ok()) << preparer.status();
@@ -261,8 +269,7 @@ class ClaimPreparerTest : public ::testing::Test {
 
 TEST_F(ClaimPreparerTest, PrepareRecordsCompletedDevicesAndAnswersTheKubelet) {
   auto preparer = NewPreparer();
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0", "gpu-1"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0", "gpu-1"});
   PrepareResult result = Prepare(*preparer, claim);
   ASSERT_EQ(result.error, "");
   ASSERT_EQ(result.devices.size(), 2u);
@@ -292,8 +299,7 @@ TEST_F(ClaimPreparerTest, PrepareRecordsCompletedDevicesAndAnswersTheKubelet) {
 
 TEST_F(ClaimPreparerTest, PrepareTwiceReturnsRecordedDevicesWithoutTheBackend) {
   auto preparer = NewPreparer();
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   const PrepareResult first = Prepare(*preparer, claim);
   const PrepareResult second = Prepare(*preparer, claim);
   EXPECT_EQ(first, second);
@@ -308,8 +314,7 @@ TEST_F(ClaimPreparerTest, ClaimConfigsAreMatchedPerRequestBeforeTheBackendRuns) 
         {"opaque",
          {{"driver", kDriver},
           {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "MigDeviceConfig"}}}}}}});
-  const ordered_json claim = Claim("uid-1", "c1", {"mig-0"}, configs);
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"mig-0"}, configs);
   ASSERT_EQ(Prepare(*preparer, claim).error, "");
   ASSERT_EQ(backend_.seen_views.size(), 1u);
   EXPECT_EQ(backend_.seen_views[0].groups.at(0).source, "claim config[0].opaque.parameters");
@@ -324,8 +329,7 @@ TEST_F(ClaimPreparerTest, RefusedConfigFailsWithoutTouchingTheCheckpoint) {
         {"opaque",
          {{"driver", kDriver},
           {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"bogus", 1}}}}}}});
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"}, configs);
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"}, configs);
   const PrepareResult result = Prepare(*preparer, claim);
   EXPECT_THAT(result.error, HasSubstr("bogus"));
   EXPECT_EQ(backend_.prepare_calls, 0);
@@ -339,8 +343,8 @@ TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuc
   options.metrics = &metrics;
   auto preparer = ClaimPreparer::Create(options, claims_, backend_);
   ASSERT_TRUE(preparer.ok()) << preparer.status();
-  const ordered_json good = Claim("uid-1", "c1", {"gpu-0"});
-  const ordered_json refused = Claim(
+  const ordered_json good = PutClaim("uid-1", "c1", {"gpu-0"});
+  const ordered_json refused = PutClaim(
       "uid-2", "c2", {"gpu-1"},
       ordered_json::array({{{"source", "FromClaim"},
                             {"requests", {"req"}},
@@ -348,8 +352,6 @@ TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuc
                              {{"driver", kDriver},
                               {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"},
                                               {"sharing", {{"stratgy", "MPS"}}}}}}}}}));
-  claims_.Put(good);
-  claims_.Put(refused);
   ASSERT_EQ(Prepare(**preparer, good).error, "");
   ASSERT_NE(Prepare(**preparer, refused).error, "");
   const std::string text = registry.Render();
@@ -362,8 +364,7 @@ TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuc
 
 TEST_F(ClaimPreparerTest, UnknownDeviceUidMismatchAndNoAllocationFailClearly) {
   auto preparer = NewPreparer();
-  const ordered_json unknown = Claim("uid-1", "c1", {"tpu-0"});
-  claims_.Put(unknown);
+  const ordered_json unknown = PutClaim("uid-1", "c1", {"tpu-0"});
   EXPECT_THAT(Prepare(*preparer, unknown).error, HasSubstr("device tpu-0 is not on this node"));
 
   ordered_json recreated = Claim("uid-2", "c2", {"gpu-0"});
@@ -397,8 +398,7 @@ TEST_F(ClaimPreparerTest, DeviceOfAnotherCompletedClaimIsRefusedUnlessAdminAcces
 
 TEST_F(ClaimPreparerTest, FailedPrepareLeavesStartedAndTheNextAttemptRollsItBackFirst) {
   auto preparer = NewPreparer();
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   backend_.next_prepare_failures = {common::InternalError("device busy")};
   EXPECT_THAT(Prepare(*preparer, claim).error, HasSubstr("device busy"));
   EXPECT_EQ(OnDisk().claims.at("uid-1").state, ClaimCheckpointState::kPrepareStarted);
@@ -413,10 +413,8 @@ TEST_F(ClaimPreparerTest, FailedPrepareLeavesStartedAndTheNextAttemptRollsItBack
 
 TEST_F(ClaimPreparerTest, UnavailableWaitsWithNoLockHeldThenRetries) {
   auto preparer = NewPreparer();
-  const ordered_json waiting = Claim("uid-1", "c1", {"gpu-0"});
-  const ordered_json other = Claim("uid-2", "c2", {"gpu-1"});
-  claims_.Put(waiting);
-  claims_.Put(other);
+  const ordered_json waiting = PutClaim("uid-1", "c1", {"gpu-0"});
+  const ordered_json other = PutClaim("uid-2", "c2", {"gpu-1"});
   backend_.next_prepare_failures = {common::UnavailableError("domain not ready")};
   std::string other_result = "not run";
   backend_.await_hook = [&](const ClaimView&) {
@@ -440,8 +438,7 @@ TEST_F(ClaimPreparerTest, UnavailableWaitsWithNoLockHeldThenRetries) {
 
 TEST_F(ClaimPreparerTest, AWaitThatEndsWithoutTheAwaitedStateReportsTheFailure) {
   auto preparer = NewPreparer();
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   backend_.next_prepare_failures = {common::UnavailableError("daemon not Ready")};
   EXPECT_THAT(Prepare(*preparer, claim).error, HasSubstr("daemon not Ready"));
   EXPECT_EQ(backend_.awaited.size(), 1u);
@@ -450,10 +447,8 @@ TEST_F(ClaimPreparerTest, AWaitThatEndsWithoutTheAwaitedStateReportsTheFailure) 
 
 TEST_F(ClaimPreparerTest, ClaimsOfOneCallPrepareConcurrently) {
   auto preparer = NewPreparer();
-  const ordered_json waiting = Claim("uid-1", "c1", {"gpu-0"});
-  const ordered_json quick = Claim("uid-2", "c2", {"gpu-1"});
-  claims_.Put(waiting);
-  claims_.Put(quick);
+  const ordered_json waiting = PutClaim("uid-1", "c1", {"gpu-0"});
+  const ordered_json quick = PutClaim("uid-2", "c2", {"gpu-1"});
   // uid-1 fails first and then waits until uid-2, from the same kubelet
   // call, has been prepared: run one after the other, that never happens.
   std::promise<void> quick_prepared;
@@ -475,8 +470,7 @@ TEST_F(ClaimPreparerTest, ClaimsOfOneCallPrepareConcurrently) {
 
 TEST_F(ClaimPreparerTest, UnprepareUndoesACompletedClaimAndIgnoresUnknownOnes) {
   auto preparer = NewPreparer();
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   ASSERT_EQ(Prepare(*preparer, claim).error, "");
   EXPECT_EQ(Unprepare(*preparer, claim), "");
   EXPECT_TRUE(backend_.node_devices.empty());
@@ -540,8 +534,7 @@ TEST_F(ClaimPreparerTest, ReconcileUnpreparesDeletedAndReplacedClaimsAndKeepsUnr
 
 TEST_F(ClaimPreparerTest, ReconcileDropsPrepareAbortedEntriesOnceTheirTimeToLiveHasPassed) {
   auto preparer = NewPreparer(/*record_aborted=*/true);
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   backend_.next_prepare_failures = {common::InternalError("fails")};
   ASSERT_NE(Prepare(*preparer, claim).error, "");
   ASSERT_EQ(Unprepare(*preparer, claim), "");
@@ -572,8 +565,7 @@ TEST_F(ClaimPreparerTest, ACheckpointOfAnotherBootIsDiscarded) {
 class ClaimPreparerCrashTest : public ClaimPreparerTest, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(ClaimPreparerCrashTest, PrepareCrashConvergesAfterRestartWithNothingLeaked) {
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   armed_point = GetParam();
   common::TEST_SetCrashPointHook(&ThrowAtArmedPoint);
   {
@@ -605,8 +597,7 @@ INSTANTIATE_TEST_SUITE_P(EveryPreparePoint, ClaimPreparerCrashTest,
                          });
 
 TEST_F(ClaimPreparerTest, UnprepareCrashAfterTheDevicesConvergesOnTheKubeletsRetry) {
-  const ordered_json claim = Claim("uid-1", "c1", {"gpu-0"});
-  claims_.Put(claim);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
   auto preparer = NewPreparer();
   ASSERT_EQ(Prepare(*preparer, claim).error, "");
   armed_point = "unprepare-after-devices";

@@ -17,7 +17,6 @@
 
 namespace nvdra::cdihook {
 
-using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
 

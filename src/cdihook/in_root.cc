@@ -14,7 +14,6 @@
 namespace nvdra::cdihook {
 namespace {
 
-using common::Status;
 using common::StatusOr;
 using common::UniqueFd;
 

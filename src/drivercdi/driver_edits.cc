@@ -23,12 +23,10 @@
 namespace nvdra::drivercdi {
 
 namespace fs = std::filesystem;
-using common::Status;
 using common::StatusOr;
 using kubeletplugin::CdiContainerEdits;
 using kubeletplugin::CdiDeviceNode;
 using kubeletplugin::CdiHook;
-using kubeletplugin::CdiMount;
 
 namespace {
 

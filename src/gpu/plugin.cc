@@ -23,7 +23,6 @@
 
 namespace nvdra::gpu {
 
-using common::Status;
 using common::StatusOr;
 
 // Declared in destruction order's reverse: the host (its server first) goes

@@ -10,7 +10,6 @@
 namespace nvdra::k8s {
 namespace {
 
-using common::Status;
 using common::StatusOr;
 
 std::string Trim(std::string s) {

@@ -4,7 +4,6 @@
 
 namespace nvdra::k8s {
 
-using common::Status;
 using common::StatusOr;
 using nlohmann::json;
 

@@ -9,7 +9,6 @@
 
 namespace nvdra::computedomain::controller {
 
-using common::OkStatus;
 using common::Status;
 using k8s::cache::ObjectPtr;
 using nlohmann::json;
@@ -105,7 +104,7 @@ Status DomainCleaner::Teardown(const k8s::ComputeDomain& cd, std::stop_token sto
   // 6. The domain itself.
   RETURN_IF_ERROR(writer_.ReleaseDomain(cd, stop));
   LOG_INFO(0, "ComputeDomain torn down", {{"computeDomain", cd.Key()}, {"uid", uid}});
-  return OkStatus();
+  return common::OkStatus();
 }
 
 std::vector<DomainCleaner::SweptCache> DomainCleaner::SweptCaches() const {
@@ -137,7 +136,7 @@ void DomainCleaner::RemoveObjectOfGoneDomain(const SweptCache& cache, const json
 common::StatusOr<DomainCleaner::GoneDomainSweep> DomainCleaner::CleanupDomain(const std::string& cd_uid,
                                                                               std::stop_token stop) {
   if (cd_uid.empty() || !CachedDomainsWithUid(caches_, cd_uid).empty()) return GoneDomainSweep::kDomainIsLive;
-  Status first_error = OkStatus();
+  Status first_error = common::OkStatus();
   for (const SweptCache& cache : SweptCaches()) {
     for (const ObjectPtr& object : CachedByLabel(*cache.informer, cd_uid)) {
       RemoveObjectOfGoneDomain(cache, *object, cd_uid, /*tolerate_unavailable=*/false, first_error, stop);
@@ -153,7 +152,7 @@ Status DomainCleaner::CleanupStale(std::stop_token stop) {
   for (const ObjectPtr& cd : caches_.domains->store().List()) {
     live.insert(common::JsonString(*cd, {"metadata", "uid"}));
   }
-  Status first_error = OkStatus();
+  Status first_error = common::OkStatus();
   for (const SweptCache& cache : SweptCaches()) {
     for (const ObjectPtr& object : cache.informer->store().List()) {
       const std::string uid = StaleDomainOf(*object, live);

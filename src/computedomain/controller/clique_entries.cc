@@ -13,7 +13,6 @@
 
 namespace nvdra::computedomain::controller {
 
-using common::OkStatus;
 using common::Status;
 using k8s::cache::ObjectPtr;
 using nlohmann::json;
@@ -159,7 +158,7 @@ Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_to
   }
   for (const auto& [clique_id, _] : members_by_clique) cliques.try_emplace(clique_id, json());
 
-  Status first_error = OkStatus();
+  Status first_error = common::OkStatus();
   for (auto& [clique_id, object] : cliques) {
     const std::vector<const json*>& members = members_by_clique[clique_id];
     const std::string name = prefix + clique_id;
@@ -218,12 +217,12 @@ Status CliqueEntryWriter::AssignStatusIndexes(const k8s::ComputeDomain& cd, std:
                  fmt::format("node {} cannot join clique {}: it already has {} daemons (--max-nodes-per-imex-domain)",
                              node, clique, options_.max_nodes_per_imex_domain));
   }
-  if (!indexes.changed) return OkStatus();
+  if (!indexes.changed) return common::OkStatus();
   k8s::ComputeDomain intent = k8s::ComputeDomain::New(cd.namespace_name(), cd.name());
   intent.mutable_json()["status"] = {{"nodes", indexes.entries}};
   auto result = writer_.ApplyForced(k8s::resources::kComputeDomains, cd.namespace_name(), intent.json(), "status",
                                     stop);
-  return result.ok() ? OkStatus() : result.status();
+  return result.ok() ? common::OkStatus() : result.status();
 }
 
 void CliqueEntryWriter::RecordDeparture(const std::string& uid, const std::string& node, const std::string& ip) {
@@ -262,7 +261,7 @@ Status CliqueEntryWriter::PruneDeparted(const k8s::ComputeDomain& cd, std::stop_
   {
     common::MutexLock lock(entries_mu_);
     auto it = departed_.find(uid);
-    if (it == departed_.end()) return OkStatus();
+    if (it == departed_.end()) return common::OkStatus();
     departed = it->second;
   }
   const DepartedEntries found = FindDepartedEntries(cd.json(), "/status/nodes"_json_pointer, "name", departed);
@@ -288,7 +287,7 @@ Status CliqueEntryWriter::PruneDeparted(const k8s::ComputeDomain& cd, std::stop_
     }
     if (it->second.empty()) departed_.erase(it);
   }
-  return OkStatus();
+  return common::OkStatus();
 }
 
 void CliqueEntryWriter::Forget(const std::string& uid) {

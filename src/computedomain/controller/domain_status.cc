@@ -11,7 +11,6 @@
 
 namespace nvdra::computedomain::controller {
 
-using common::OkStatus;
 using common::Status;
 using k8s::cache::ObjectPtr;
 using nlohmann::json;
@@ -161,14 +160,14 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   LOG_INFO(4, "status computed",
            {{"computeDomain", cd.Key()}, {"resourceVersion", cd.resource_version()}, {"status", report.status},
             {"nodes", report.nodes.dump()}, {"write", current_status != report.status || write_nodes}});
-  if (current_status == report.status && !write_nodes) return OkStatus();
+  if (current_status == report.status && !write_nodes) return common::OkStatus();
   json patch_status = {{"status", report.status}};
   if (write_nodes) patch_status["nodes"] = report.nodes;
   const json patch = {{"status", patch_status}};
   const std::string base = cd.resource_version();
   {
     common::MutexLock lock(status_mu_);
-    if (written_.AlreadyWritten(uid, base, patch)) return OkStatus();  // our write is not in the cache yet
+    if (written_.AlreadyWritten(uid, base, patch)) return common::OkStatus();  // our write is not in the cache yet
   }
   auto result = writer_.Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(),
                               k8s::PatchType::kMerge, patch, "status", stop);
@@ -181,7 +180,7 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
     LOG_INFO(0, "status changed",
              {{"computeDomain", cd.Key()}, {"status", report.status}, {"nodes", report.nodes.size()}});
   }
-  return OkStatus();
+  return common::OkStatus();
 }
 
 }  // namespace nvdra::computedomain::controller

@@ -102,7 +102,7 @@ StatusOr<api::ConfigKind> CdDeviceState::ConfigKindOf(const std::string& device)
   if (std::optional<int> id = IdOf(device, kChannelType); id && *id < kMaxImexChannelCount) {
     return api::ConfigKind::kComputeDomainChannelConfig;
   }
-  if (device == fmt::format("{}-0", kDaemonType)) {
+  if (IdOf(device, kDaemonType) == 0) {
     if (!options_.host_managed) return api::ConfigKind::kComputeDomainDaemonConfig;
     return common::FailedPreconditionError(
         "device daemon-0: ComputeDomain daemon claims are not supported with --imex-mode=hostManaged (the host "

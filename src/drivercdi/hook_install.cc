@@ -7,6 +7,9 @@
 
 namespace nvdra::drivercdi {
 
+// Upstream's layout: without --nvidia-cdi-hook-path, the hook binary is copied
+// into the plugin's folder, a host path the container runtime can run. Ours
+// ships next to the plugin binary (or in /usr/bin, as in upstream's image).
 std::string InstallCdiHook(const std::filesystem::path& plugin_dir) {
   const std::filesystem::path target = plugin_dir / "nvidia-cdi-hook";
   std::error_code ec;

@@ -58,12 +58,8 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
   return resources;
 }
 
-
 }  // namespace
 
-// Upstream's layout: without --nvidia-cdi-hook-path, the hook binary is copied
-// into the plugin's folder, a host path the container runtime can run. Ours
-// ships next to the plugin binary (or in /usr/bin, as in upstream's image).
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
 GpuKubeletPlugin::~GpuKubeletPlugin() = default;

@@ -194,6 +194,12 @@ ordered_json Claim(const std::string& uid, const std::string& name, const std::v
           {"status", {{"allocation", {{"devices", {{"results", results}, {"config", configs}}}}}}}};
 }
 
+// A claim's config list with one opaque config of this driver for request "req".
+ordered_json ClaimConfig(const ordered_json& parameters) {
+  return ordered_json::array(
+      {{{"source", "FromClaim"}, {"requests", {"req"}}, {"opaque", {{"driver", kDriver}, {"parameters", parameters}}}}});
+}
+
 ClaimRef Ref(const ordered_json& claim) {
   return {.uid = claim["metadata"]["uid"], .name = claim["metadata"]["name"], .ns = claim["metadata"]["namespace"]};
 }
@@ -308,12 +314,8 @@ TEST_F(ClaimPreparerTest, PrepareTwiceReturnsRecordedDevicesWithoutTheBackend) {
 
 TEST_F(ClaimPreparerTest, ClaimConfigsAreMatchedPerRequestBeforeTheBackendRuns) {
   auto preparer = NewPreparer();
-  const ordered_json configs = ordered_json::array(
-      {{{"source", "FromClaim"},
-        {"requests", {"req"}},
-        {"opaque",
-         {{"driver", kDriver},
-          {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "MigDeviceConfig"}}}}}}});
+  const ordered_json configs =
+      ClaimConfig({{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "MigDeviceConfig"}});
   const ordered_json claim = PutClaim("uid-1", "c1", {"mig-0"}, configs);
   ASSERT_EQ(Prepare(*preparer, claim).error, "");
   ASSERT_EQ(backend_.seen_views.size(), 1u);
@@ -323,12 +325,8 @@ TEST_F(ClaimPreparerTest, ClaimConfigsAreMatchedPerRequestBeforeTheBackendRuns) 
 
 TEST_F(ClaimPreparerTest, RefusedConfigFailsWithoutTouchingTheCheckpoint) {
   auto preparer = NewPreparer();
-  const ordered_json configs = ordered_json::array(
-      {{{"source", "FromClaim"},
-        {"requests", {"req"}},
-        {"opaque",
-         {{"driver", kDriver},
-          {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"bogus", 1}}}}}}});
+  const ordered_json configs =
+      ClaimConfig({{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"bogus", 1}});
   const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"}, configs);
   const PrepareResult result = Prepare(*preparer, claim);
   EXPECT_THAT(result.error, HasSubstr("bogus"));
@@ -344,14 +342,11 @@ TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuc
   auto preparer = ClaimPreparer::Create(options, claims_, backend_);
   ASSERT_TRUE(preparer.ok()) << preparer.status();
   const ordered_json good = PutClaim("uid-1", "c1", {"gpu-0"});
-  const ordered_json refused = PutClaim(
-      "uid-2", "c2", {"gpu-1"},
-      ordered_json::array({{{"source", "FromClaim"},
-                            {"requests", {"req"}},
-                            {"opaque",
-                             {{"driver", kDriver},
-                              {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"},
-                                              {"sharing", {{"stratgy", "MPS"}}}}}}}}}));
+  const ordered_json refused =
+      PutClaim("uid-2", "c2", {"gpu-1"},
+               ClaimConfig({{"apiVersion", "resource.nvidia.com/v1beta1"},
+                            {"kind", "GpuConfig"},
+                            {"sharing", {{"stratgy", "MPS"}}}}));
   ASSERT_EQ(Prepare(**preparer, good).error, "");
   ASSERT_NE(Prepare(**preparer, refused).error, "");
   const std::string text = registry.Render();

@@ -92,4 +92,13 @@ std::string MetricsServer::address() const { return state_->serving->address(); 
 
 const std::string& MetricsServer::path() const { return state_->path; }
 
+StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(const MetricsRegistry& registry,
+                                                                     const MetricsFlags& flags) {
+  if (flags.http_endpoint.empty()) return std::unique_ptr<MetricsServer>();
+  ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
+                   MetricsServer::Start(registry, flags.http_endpoint, flags.metrics_path));
+  LOG_INFO(0, "serving metrics", {{"address", server->address()}, {"path", server->path()}});
+  return server;
+}
+
 }  // namespace nvdra::common

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/flags.h"
 #include "common/metrics.h"
 #include "common/status.h"
 
@@ -49,5 +50,10 @@ class MetricsServer {
   explicit MetricsServer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
+
+// The server the --http-endpoint and --metrics-path flags ask for, logged
+// once listening; null when --http-endpoint is empty (metrics off).
+StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(const MetricsRegistry& registry,
+                                                                     const MetricsFlags& flags);
 
 }  // namespace nvdra::common

@@ -146,6 +146,12 @@ class [[nodiscard]] StatusOr {
   // OK when a value is held.
   [[nodiscard]] const Status& status() const& { return status_; }
   [[nodiscard]] Status status() && { return std::move(status_); }
+  // This StatusOr with `context` added to its error (Status::WithContext);
+  // a value passes through: ASSIGN_OR_RETURN(x, Load().WithContext("load x")).
+  [[nodiscard]] StatusOr WithContext(std::string_view context) && {
+    if (ok()) return std::move(*this);
+    return std::move(status_).WithContext(context);
+  }
 
   // The value. Calling these without ok() is a programmer error and aborts.
   [[nodiscard]] const T& value() const& { CheckHasValue(); return *value_; }

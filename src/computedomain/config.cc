@@ -73,7 +73,7 @@ Status PluginConfig::Validate(const common::FeatureGates& gates) const {
   return OkStatus();
 }
 
-void AddPluginFlags(CLI::App& app, PluginConfig& config) {
+void AddFlags(CLI::App& app, PluginConfig& config) {
   kubeletplugin::AddKubeletPluginFlags(app, config.plugin);
   WithEnv(app.add_flag("--gpu-clique-label-enabled", config.gpu_clique_label_enabled,
                        "Label the node with its GPU clique (nvidia.com/gpu.clique)"),
@@ -126,7 +126,7 @@ Status ControllerConfig::Validate(const common::FeatureGates& gates) const {
   return imex.Validate(gates);
 }
 
-void AddControllerFlags(CLI::App& app, ControllerConfig& config) {
+void AddFlags(CLI::App& app, ControllerConfig& config) {
   WithEnv(app.add_option("--pod-name", config.pod_name, "Name of this controller's pod"),
           {"POD_NAME"});
   WithEnv(app.add_option("--namespace", config.driver_namespace, "Namespace of the driver")
@@ -206,7 +206,7 @@ Status DaemonConfig::ValidateForRun(bool dns_names) const {
   return OkStatus();
 }
 
-void AddDaemonFlags(CLI::App& app, DaemonConfig& config) {
+void AddFlags(CLI::App& app, DaemonConfig& config) {
   const auto add = [&app](const std::string& flag, std::string& target, const std::string& help,
                           std::string_view env) {
     WithEnv(app.add_option(flag, target, help), {env});

@@ -53,7 +53,7 @@ struct PluginConfig {
 
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
 };
-void AddPluginFlags(CLI::App& app, PluginConfig& config);
+void AddFlags(CLI::App& app, PluginConfig& config);
 
 struct ControllerConfig {
   // Defaults 20/40, not client-go's 5/10 (upstream's, kept by the other
@@ -85,7 +85,7 @@ struct ControllerConfig {
 
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
 };
-void AddControllerFlags(CLI::App& app, ControllerConfig& config);
+void AddFlags(CLI::App& app, ControllerConfig& config);
 
 struct DaemonConfig {
   std::string clique_id;  // --cliqueid (CLIQUE_ID); empty: not on an NVLink fabric
@@ -126,6 +126,6 @@ struct DaemonConfig {
   // (with `dns_names`) --max-nodes-per-imex-domain of 0.
   [[nodiscard]] common::Status ValidateForRun(bool dns_names = false) const;
 };
-void AddDaemonFlags(CLI::App& app, DaemonConfig& config);
+void AddFlags(CLI::App& app, DaemonConfig& config);
 
 }  // namespace nvdra::computedomain

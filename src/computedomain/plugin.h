@@ -61,9 +61,11 @@ PluginEnvironment PluginEnvironmentFromEnv();
 
 class ComputeDomainKubeletPlugin final : public kubeletplugin::RunningPlugin {
  public:
-  static common::StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> Start(const PluginConfig& config,
-                                                                             const common::FeatureGates& gates,
-                                                                             const PluginEnvironment& environment);
+  using Config = PluginConfig;  // for kubeletplugin::RunPluginMain
+  // `environment` defaults to the process's (PluginEnvironmentFromEnv).
+  static common::StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> Start(
+      const PluginConfig& config, const common::FeatureGates& gates,
+      const PluginEnvironment& environment = PluginEnvironmentFromEnv());
   ~ComputeDomainKubeletPlugin() override;
   ComputeDomainKubeletPlugin(const ComputeDomainKubeletPlugin&) = delete;
   ComputeDomainKubeletPlugin& operator=(const ComputeDomainKubeletPlugin&) = delete;

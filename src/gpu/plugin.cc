@@ -75,13 +75,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   parts->metrics_registry = std::make_unique<common::MetricsRegistry>();
   parts->metrics = std::make_unique<kubeletplugin::PluginMetrics>(
       *parts->metrics_registry, driver, config.plugin.node_name, std::vector<std::string>{"gpu", "mig", "vfio"});
-  if (!config.metrics.http_endpoint.empty()) {
-    ASSIGN_OR_RETURN(parts->metrics_server,
-                     common::MetricsServer::Start(*parts->metrics_registry, config.metrics.http_endpoint,
-                                                  config.metrics.metrics_path));
-    LOG_INFO(0, "metrics server listening",
-             {{"address", parts->metrics_server->address()}, {"path", parts->metrics_server->path()}});
-  }
+  ASSIGN_OR_RETURN(parts->metrics_server, common::StartMetricsServerFromFlags(*parts->metrics_registry, config.metrics));
 
   ASSIGN_OR_RETURN(parts->client, k8s::ClientFromFlags(config.kube_client, std::string(kBinaryName)));
 

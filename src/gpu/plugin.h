@@ -36,9 +36,11 @@ PluginEnvironment PluginEnvironmentFromEnv();
 
 class GpuKubeletPlugin final : public kubeletplugin::RunningPlugin {
  public:
-  static common::StatusOr<std::unique_ptr<GpuKubeletPlugin>> Start(const PluginConfig& config,
-                                                                   const common::FeatureGates& gates,
-                                                                   const PluginEnvironment& environment);
+  using Config = PluginConfig;  // for kubeletplugin::RunPluginMain
+  // `environment` defaults to the process's (PluginEnvironmentFromEnv).
+  static common::StatusOr<std::unique_ptr<GpuKubeletPlugin>> Start(
+      const PluginConfig& config, const common::FeatureGates& gates,
+      const PluginEnvironment& environment = PluginEnvironmentFromEnv());
   ~GpuKubeletPlugin() override;
   GpuKubeletPlugin(const GpuKubeletPlugin&) = delete;
   GpuKubeletPlugin& operator=(const GpuKubeletPlugin&) = delete;

@@ -58,13 +58,8 @@ common::Status RunControllerProcess(const ControllerConfig& config, common::Feat
 
   // Served by every replica (standbys report nothing but are scrapable).
   common::MetricsRegistry metrics;
-  std::unique_ptr<common::MetricsServer> metrics_server;
-  if (!config.metrics.http_endpoint.empty()) {
-    auto started = common::MetricsServer::Start(metrics, config.metrics.http_endpoint, config.metrics.metrics_path);
-    if (!started.ok()) return started.status().WithContext("start the metrics server");
-    metrics_server = *std::move(started);
-    LOG_INFO(0, "serving metrics", {{"address", metrics_server->address()}, {"path", metrics_server->path()}});
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<common::MetricsServer> metrics_server,
+                   common::StartMetricsServerFromFlags(metrics, config.metrics).WithContext("start the metrics server"));
 
   const ControllerOptions options{
       .driver_namespace = config.driver_namespace,

@@ -41,7 +41,7 @@ TEST(CdPluginConfigTest, ChannelCountIsBounded) {
   ScopedEnv a("NODE_NAME", "n1"), b("IMEX_CHANNEL_COUNT", "4");
   CLI::App app;
   PluginConfig config;
-  AddPluginFlags(app, config);
+  AddFlags(app, config);
   ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
   EXPECT_EQ(config.imex_channel_count, 4);
   EXPECT_TRUE(config.Validate(common::FeatureGates::Defaults()).ok());
@@ -56,7 +56,7 @@ TEST(CdPluginConfigTest, EnvironmentFillsFlags) {
       c("IMEX_MODE", "driverManaged"), d("IMEX_HOST_SOCKET_PATH", "/s.sock");
   CLI::App app;
   PluginConfig config;
-  AddPluginFlags(app, config);
+  AddFlags(app, config);
   ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
   EXPECT_EQ(config.plugin.node_name, "n1");
   EXPECT_TRUE(config.gpu_clique_label_enabled);
@@ -70,7 +70,7 @@ TEST(ControllerConfigTest, DefaultsAndEnvironmentMatchUpstream) {
       f("MAX_NODES_PER_IMEX_DOMAIN", nullptr);
   CLI::App app;
   ControllerConfig config;
-  AddControllerFlags(app, config);
+  AddFlags(app, config);
   ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
   EXPECT_EQ(config.pod_name, "ctrl-0");
   EXPECT_EQ(config.log_verbosity_cd_daemon, 4);
@@ -149,7 +149,7 @@ TEST(DaemonConfigTest, EnvironmentFillsFlags) {
       d("COMPUTE_DOMAIN_NAMESPACE", nullptr);
   CLI::App app;
   DaemonConfig config;
-  AddDaemonFlags(app, config);
+  AddFlags(app, config);
   ASSERT_EQ(ParseArgs(app, {}), std::nullopt);
   EXPECT_EQ(config.clique_id, "c.1");
   EXPECT_EQ(config.compute_domain_uuid, "u");

@@ -44,21 +44,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "computedomain/labels.h"
 #include "k8s/client.h"
 
 namespace nvdra::computedomain {
-
-inline constexpr std::string_view kComputeDomainLabel = "resource.nvidia.com/computeDomain";
-inline constexpr std::string_view kComputeDomainCliqueLabel = "resource.nvidia.com/computeDomain.cliqueID";
-inline constexpr std::string_view kDaemonReady = "Ready";
-inline constexpr std::string_view kDaemonNotReady = "NotReady";
-// On a daemon pod: its IMEX daemon's status (kDaemonReady/kDaemonNotReady).
-inline constexpr std::string_view kDaemonStatusAnnotation = "resource.nvidia.com/computeDomain.daemonStatus";
-// On a daemon pod: the pod IP its daemon was started with (the downward
-// API's status.podIP). The kubelet reports status.podIP only with the pod's
-// next status update, under load up to a second after the daemon started
-// and published; the controller takes this one until status.podIP is there.
-inline constexpr std::string_view kDaemonIpAnnotation = "resource.nvidia.com/computeDomain.daemonIP";
 
 // Who this daemon is.
 struct DaemonIdentity {

@@ -350,7 +350,7 @@ Status CdDeviceState::RemoveUnusedNodeLabel(const kubeletplugin::Checkpoint& che
   if (options_.host_managed) return common::OkStatus();
   auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
   if (!node.ok()) return node.status();
-  const std::string labelled = k8s::Object(*node).label(kComputeDomainNodeLabel);
+  const std::string labelled = k8s::Object(*node).label(kComputeDomainLabel);
   if (labelled.empty() || DomainInUse(checkpoint, labelled)) return common::OkStatus();
   LOG_INFO(0, "no prepared channel claim of the node's ComputeDomain (after a reboot, or a lost unprepare); "
               "removing its node label",
@@ -389,7 +389,7 @@ Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
     auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
     if (!node.ok()) return node.status();
     k8s::Object view(*node);
-    const std::string current = view.label(kComputeDomainNodeLabel);
+    const std::string current = view.label(kComputeDomainLabel);
     if (current == cd_uid) {
       label_seen_domain_ = cd_uid;
       label_seen_at_ = now;
@@ -398,9 +398,9 @@ Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
     if (!current.empty()) {
       return common::FailedPreconditionError(fmt::format(
           "node {} already runs ComputeDomain {} (label {}); one ComputeDomain per node", options_.node_name,
-          current, kComputeDomainNodeLabel));
+          current, kComputeDomainLabel));
     }
-    view.SetLabel(kComputeDomainNodeLabel, cd_uid);
+    view.SetLabel(kComputeDomainLabel, cd_uid);
     auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
     if (updated.ok()) {
       LOG_INFO(2, "node labelled for a ComputeDomain", {{"node", options_.node_name}, {"domain", cd_uid}});
@@ -418,8 +418,8 @@ Status CdDeviceState::RemoveNodeLabel(const std::string& cd_uid) {
     auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
     if (!node.ok()) return node.status();
     k8s::Object view(*node);
-    if (view.label(kComputeDomainNodeLabel) != cd_uid) return common::OkStatus();
-    view.RemoveLabel(kComputeDomainNodeLabel);
+    if (view.label(kComputeDomainLabel) != cd_uid) return common::OkStatus();
+    view.RemoveLabel(kComputeDomainLabel);
     auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
     if (updated.ok()) {
       LOG_INFO(2, "ComputeDomain node label removed", {{"node", options_.node_name}, {"domain", cd_uid}});

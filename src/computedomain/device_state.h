@@ -62,13 +62,13 @@
 #include "computedomain/cdi.h"
 #include "computedomain/config.h"
 #include "computedomain/domain_watch.h"
+#include "computedomain/labels.h"
 #include "k8s/client.h"
 #include "kubeletplugin/claim_device_backend.h"
 
 namespace nvdra::computedomain {
 
 inline constexpr std::string_view kDriverName = "compute-domain.nvidia.com";
-inline constexpr std::string_view kComputeDomainNodeLabel = "resource.nvidia.com/computeDomain";
 
 // The plugin's two device types: device names "channel-<n>" and "daemon-0",
 // and the Type of their checkpoint config state (upstream's

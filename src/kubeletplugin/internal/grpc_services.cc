@@ -74,9 +74,23 @@ std::vector<ClaimRef> ClaimsOf(const Request& request) {
   return claims;
 }
 
-// The kubelet rejects a reply that leaves out a requested claim, so a claim
-// the driver did not answer gets an error entry instead.
-constexpr const char* kNoResult = "the driver returned no result for this claim";
+// One reply entry per requested claim: `answer` fills it from the driver's
+// result. The kubelet rejects a reply that leaves out a requested claim, so
+// a claim the driver did not answer gets an error entry instead.
+template <typename Response, typename Result, typename Answer>
+void AnswerEachClaim(const std::vector<ClaimRef>& claims, const std::map<std::string, Result>& results,
+                     Response* response, Answer answer) {
+  auto& out = *response->mutable_claims();
+  for (const auto& claim : claims) {
+    auto& entry = out[claim.uid];
+    const auto it = results.find(claim.uid);
+    if (it == results.end()) {
+      entry.set_error("the driver returned no result for this claim");
+    } else {
+      answer(entry, it->second);
+    }
+  }
+}
 
 template <typename Request, typename Response>
 grpc::Status Prepare(DraDriver& driver, const Request& request, Response* response) {
@@ -85,29 +99,22 @@ grpc::Status Prepare(DraDriver& driver, const Request& request, Response* respon
   // the driver (whose Prepare may wait on a node-wide lock).
   if (claims.empty()) return grpc::Status::OK;
   LOG_INFO(6, "NodePrepareResources", {{"claims", claims.size()}});
-  const std::map<std::string, PrepareResult> results = driver.PrepareResourceClaims(claims);
-  auto& out = *response->mutable_claims();
-  for (const auto& claim : claims) {
-    auto& entry = out[claim.uid];
-    const auto it = results.find(claim.uid);
-    if (it == results.end()) {
-      entry.set_error(kNoResult);
-      continue;
-    }
-    if (!it->second.error.empty()) {
-      entry.set_error(it->second.error);
-      continue;
-    }
-    for (const auto& device : it->second.devices) {
-      auto* d = entry.add_devices();
-      for (const auto& request_name : device.requests) {
-        d->add_request_names(BaseRequestName(request_name));
-      }
-      d->set_pool_name(device.pool_name);
-      d->set_device_name(device.device_name);
-      for (const auto& id : device.cdi_device_ids) d->add_cdi_device_ids(id);
-    }
-  }
+  AnswerEachClaim(claims, driver.PrepareResourceClaims(claims), response,
+                  [](auto& entry, const PrepareResult& result) {
+                    if (!result.error.empty()) {
+                      entry.set_error(result.error);
+                      return;
+                    }
+                    for (const auto& device : result.devices) {
+                      auto* d = entry.add_devices();
+                      for (const auto& request_name : device.requests) {
+                        d->add_request_names(BaseRequestName(request_name));
+                      }
+                      d->set_pool_name(device.pool_name);
+                      d->set_device_name(device.device_name);
+                      for (const auto& id : device.cdi_device_ids) d->add_cdi_device_ids(id);
+                    }
+                  });
   return grpc::Status::OK;
 }
 
@@ -116,38 +123,31 @@ grpc::Status Unprepare(DraDriver& driver, const Request& request, Response* resp
   const std::vector<ClaimRef> claims = ClaimsOf(request);
   if (claims.empty()) return grpc::Status::OK;
   LOG_INFO(6, "NodeUnprepareResources", {{"claims", claims.size()}});
-  const std::map<std::string, std::string> results = driver.UnprepareResourceClaims(claims);
-  auto& out = *response->mutable_claims();
-  for (const auto& claim : claims) {
-    auto& entry = out[claim.uid];
-    const auto it = results.find(claim.uid);
-    if (it == results.end()) {
-      entry.set_error(kNoResult);
-    } else if (!it->second.empty()) {
-      entry.set_error(it->second);
-    }
-  }
+  AnswerEachClaim(claims, driver.UnprepareResourceClaims(claims), response,
+                  [](auto& entry, const std::string& error) {
+                    if (!error.empty()) entry.set_error(error);
+                  });
   return grpc::Status::OK;
 }
 
 }  // namespace
 
-template <typename Api>
-grpc::Status DraPluginService<Api>::NodePrepareResources(grpc::ServerContext* /*context*/,
-                                                         const typename Api::PrepareRequest* request,
-                                                         typename Api::PrepareResponse* response) {
+template <typename Service>
+grpc::Status DraPluginService<Service>::NodePrepareResources(grpc::ServerContext* /*context*/,
+                                                             const typename PrepareRpc::Request* request,
+                                                             typename PrepareRpc::Response* response) {
   return Prepare(driver_, *request, response);
 }
 
-template <typename Api>
-grpc::Status DraPluginService<Api>::NodeUnprepareResources(grpc::ServerContext* /*context*/,
-                                                           const typename Api::UnprepareRequest* request,
-                                                           typename Api::UnprepareResponse* response) {
+template <typename Service>
+grpc::Status DraPluginService<Service>::NodeUnprepareResources(grpc::ServerContext* /*context*/,
+                                                               const typename UnprepareRpc::Request* request,
+                                                               typename UnprepareRpc::Response* response) {
   return Unprepare(driver_, *request, response);
 }
 
-template class DraPluginService<DraV1Api>;
-template class DraPluginService<DraV1beta1Api>;
+template class DraPluginService<drav1::DRAPlugin::Service>;
+template class DraPluginService<drav1beta1::DRAPlugin::Service>;
 
 // --- DRAResourceHealth ------------------------------------------------------------
 

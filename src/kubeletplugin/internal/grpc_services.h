@@ -71,40 +71,38 @@ class RegistrationService final : public registration::Registration::Service {
 // --- DRAPlugin -------------------------------------------------------------------
 // One adapter per version, from one template: the messages have the same
 // shape (v1 adds Device.share_id, which DraDriver does not produce yet).
-// `Api` names a version's service and messages (DraV1Api, DraV1beta1Api).
+// `Service` is a version's generated DRAPlugin::Service; the request and
+// response types are read off its methods' signatures.
 
-template <typename Api>
-class DraPluginService final : public Api::Service {
+template <typename Method>
+struct RpcTypes;
+template <typename Service, typename RequestT, typename ResponseT>
+struct RpcTypes<grpc::Status (Service::*)(grpc::ServerContext*, const RequestT*, ResponseT*)> {
+  using Request = RequestT;
+  using Response = ResponseT;
+};
+
+template <typename Service>
+class DraPluginService final : public Service {
+  using PrepareRpc = RpcTypes<decltype(&Service::NodePrepareResources)>;
+  using UnprepareRpc = RpcTypes<decltype(&Service::NodeUnprepareResources)>;
+
  public:
   explicit DraPluginService(DraDriver& driver) : driver_(driver) {}
-  grpc::Status NodePrepareResources(grpc::ServerContext* context, const typename Api::PrepareRequest* request,
-                                    typename Api::PrepareResponse* response) override;
-  grpc::Status NodeUnprepareResources(grpc::ServerContext* context, const typename Api::UnprepareRequest* request,
-                                      typename Api::UnprepareResponse* response) override;
+  grpc::Status NodePrepareResources(grpc::ServerContext* context, const typename PrepareRpc::Request* request,
+                                    typename PrepareRpc::Response* response) override;
+  grpc::Status NodeUnprepareResources(grpc::ServerContext* context, const typename UnprepareRpc::Request* request,
+                                      typename UnprepareRpc::Response* response) override;
 
  private:
   DraDriver& driver_;
 };
 
-struct DraV1Api {
-  using Service = drav1::DRAPlugin::Service;
-  using PrepareRequest = drav1::NodePrepareResourcesRequest;
-  using PrepareResponse = drav1::NodePrepareResourcesResponse;
-  using UnprepareRequest = drav1::NodeUnprepareResourcesRequest;
-  using UnprepareResponse = drav1::NodeUnprepareResourcesResponse;
-};
-struct DraV1beta1Api {
-  using Service = drav1beta1::DRAPlugin::Service;
-  using PrepareRequest = drav1beta1::NodePrepareResourcesRequest;
-  using PrepareResponse = drav1beta1::NodePrepareResourcesResponse;
-  using UnprepareRequest = drav1beta1::NodeUnprepareResourcesRequest;
-  using UnprepareResponse = drav1beta1::NodeUnprepareResourcesResponse;
-};
 // Defined and instantiated in grpc_services.cc.
-using DraPluginV1Service = DraPluginService<DraV1Api>;
-using DraPluginV1beta1Service = DraPluginService<DraV1beta1Api>;
-extern template class DraPluginService<DraV1Api>;
-extern template class DraPluginService<DraV1beta1Api>;
+using DraPluginV1Service = DraPluginService<drav1::DRAPlugin::Service>;
+using DraPluginV1beta1Service = DraPluginService<drav1beta1::DRAPlugin::Service>;
+extern template class DraPluginService<drav1::DRAPlugin::Service>;
+extern template class DraPluginService<drav1beta1::DRAPlugin::Service>;
 
 // --- DRAResourceHealth ------------------------------------------------------------
 

@@ -74,12 +74,19 @@ std::vector<ClaimRef> ClaimsOf(const Request& request) {
   return claims;
 }
 
-// One reply entry per requested claim: `answer` fills it from the driver's
-// result. The kubelet rejects a reply that leaves out a requested claim, so
-// a claim the driver did not answer gets an error entry instead.
-template <typename Response, typename Result, typename Answer>
-void AnswerEachClaim(const std::vector<ClaimRef>& claims, const std::map<std::string, Result>& results,
-                     Response* response, Answer answer) {
+// What both RPCs do: read the claims, let the driver handle them, and give
+// each requested claim one reply entry, which `answer` fills from the
+// driver's result. The kubelet rejects a reply that leaves out a requested
+// claim, so a claim the driver did not answer gets an error entry instead.
+template <typename Request, typename Response, typename Handle, typename Answer>
+grpc::Status HandleClaims(std::string_view rpc, const Request& request, Response* response, Handle handle,
+                          Answer answer) {
+  const std::vector<ClaimRef> claims = ClaimsOf(request);
+  // An empty request is the liveness probe's: it tests the gRPC path, not
+  // the driver (whose Prepare may wait on a node-wide lock).
+  if (claims.empty()) return grpc::Status::OK;
+  LOG_INFO(6, rpc, {{"claims", claims.size()}});
+  const auto results = handle(claims);
   auto& out = *response->mutable_claims();
   for (const auto& claim : claims) {
     auto& entry = out[claim.uid];
@@ -90,44 +97,37 @@ void AnswerEachClaim(const std::vector<ClaimRef>& claims, const std::map<std::st
       answer(entry, it->second);
     }
   }
+  return grpc::Status::OK;
 }
 
 template <typename Request, typename Response>
 grpc::Status Prepare(DraDriver& driver, const Request& request, Response* response) {
-  const std::vector<ClaimRef> claims = ClaimsOf(request);
-  // An empty request is the liveness probe's: it tests the gRPC path, not
-  // the driver (whose Prepare may wait on a node-wide lock).
-  if (claims.empty()) return grpc::Status::OK;
-  LOG_INFO(6, "NodePrepareResources", {{"claims", claims.size()}});
-  AnswerEachClaim(claims, driver.PrepareResourceClaims(claims), response,
-                  [](auto& entry, const PrepareResult& result) {
-                    if (!result.error.empty()) {
-                      entry.set_error(result.error);
-                      return;
-                    }
-                    for (const auto& device : result.devices) {
-                      auto* d = entry.add_devices();
-                      for (const auto& request_name : device.requests) {
-                        d->add_request_names(BaseRequestName(request_name));
-                      }
-                      d->set_pool_name(device.pool_name);
-                      d->set_device_name(device.device_name);
-                      for (const auto& id : device.cdi_device_ids) d->add_cdi_device_ids(id);
-                    }
-                  });
-  return grpc::Status::OK;
+  return HandleClaims(
+      "NodePrepareResources", request, response,
+      [&](const std::vector<ClaimRef>& claims) { return driver.PrepareResourceClaims(claims); },
+      [](auto& entry, const PrepareResult& result) {
+        if (!result.error.empty()) {
+          entry.set_error(result.error);
+          return;
+        }
+        for (const auto& device : result.devices) {
+          auto* d = entry.add_devices();
+          for (const auto& request_name : device.requests) d->add_request_names(BaseRequestName(request_name));
+          d->set_pool_name(device.pool_name);
+          d->set_device_name(device.device_name);
+          for (const auto& id : device.cdi_device_ids) d->add_cdi_device_ids(id);
+        }
+      });
 }
 
 template <typename Request, typename Response>
 grpc::Status Unprepare(DraDriver& driver, const Request& request, Response* response) {
-  const std::vector<ClaimRef> claims = ClaimsOf(request);
-  if (claims.empty()) return grpc::Status::OK;
-  LOG_INFO(6, "NodeUnprepareResources", {{"claims", claims.size()}});
-  AnswerEachClaim(claims, driver.UnprepareResourceClaims(claims), response,
-                  [](auto& entry, const std::string& error) {
-                    if (!error.empty()) entry.set_error(error);
-                  });
-  return grpc::Status::OK;
+  return HandleClaims(
+      "NodeUnprepareResources", request, response,
+      [&](const std::vector<ClaimRef>& claims) { return driver.UnprepareResourceClaims(claims); },
+      [](auto& entry, const std::string& error) {
+        if (!error.empty()) entry.set_error(error);
+      });
 }
 
 }  // namespace

@@ -125,6 +125,81 @@ const std::map<std::string, ConfigKind, std::less<>>& KindsByName() {
   return *kinds;
 }
 
+constexpr std::string_view kTimeSlicingStrategy = "TimeSlicing";
+constexpr std::string_view kMpsStrategy = "MPS";
+
+constexpr std::pair<std::string_view, TimeSliceInterval> kIntervals[] = {
+    {"Default", TimeSliceInterval::kDefault},
+    {"Short", TimeSliceInterval::kShort},
+    {"Medium", TimeSliceInterval::kMedium},
+    {"Long", TimeSliceInterval::kLong},
+};
+
+std::optional<TimeSliceInterval> ParseInterval(std::string_view name) {
+  for (const auto& [known, interval] : kIntervals) {
+    if (known == name) return interval;
+  }
+  return std::nullopt;
+}
+
+// upstream's GpuSharing/MigDeviceSharing Validate, plus what upstream only
+// finds at Prepare (mpsConfig under TimeSlicing and the reverse) or not at
+// all (timeSlicingConfig without an interval panics there).
+Status ValidateSharing(const json& object, std::string_view where,
+                       const common::FeatureGates& gates) {
+  auto sharing = object.find("sharing");
+  if (sharing == object.end() || sharing->is_null()) return common::OkStatus();
+  const std::string strategy = JsonString(*sharing, "strategy");
+  const std::string_view gate = strategy == kTimeSlicingStrategy ? common::kTimeSlicingSettings
+                                : strategy == kMpsStrategy       ? common::kMPSSupport
+                                                                 : std::string_view();
+  if (gate.empty()) {
+    return common::InvalidArgumentError(fmt::format(
+        "{}.sharing.strategy: unknown strategy \"{}\"; use TimeSlicing or MPS, or leave sharing out for "
+        "exclusive access",
+        where, strategy));
+  }
+  if (!gates.Enabled(gate)) {
+    return common::FailedPreconditionError(fmt::format(
+        "{}.sharing.strategy: {} needs the feature gate {}: enable it on the driver (chart value "
+        "featureGates.{}=true), or leave sharing out for exclusive access",
+        where, strategy, gate, gate));
+  }
+  const bool has_time_slicing = sharing->contains("timeSlicingConfig") && !(*sharing)["timeSlicingConfig"].is_null();
+  const bool has_mps = sharing->contains("mpsConfig") && !(*sharing)["mpsConfig"].is_null();
+  if (strategy == kTimeSlicingStrategy) {
+    if (has_mps) {
+      return common::InvalidArgumentError(fmt::format(
+          "{}.sharing.mpsConfig: only with strategy MPS; remove it or set strategy: MPS", where));
+    }
+    if (!has_time_slicing) return common::OkStatus();
+    // Only GpuConfig's shape has timeSlicingConfig (decoding refused it on MIG).
+    const json& time_slicing = (*sharing)["timeSlicingConfig"];
+    if (!time_slicing.contains("interval") || time_slicing["interval"].is_null()) {
+      return common::InvalidArgumentError(fmt::format(
+          "{}.sharing.timeSlicingConfig.interval: must be set to Default, Short, Medium or Long (or leave "
+          "timeSlicingConfig out for Default)",
+          where));
+    }
+    const std::string interval = time_slicing["interval"].get<std::string>();
+    if (!ParseInterval(interval)) {
+      return common::InvalidArgumentError(fmt::format(
+          "{}.sharing.timeSlicingConfig.interval: unknown interval \"{}\"; use Default, Short, Medium or Long",
+          where, interval));
+    }
+    return common::OkStatus();
+  }
+  if (has_time_slicing) {
+    return common::InvalidArgumentError(fmt::format(
+        "{}.sharing.timeSlicingConfig: only with strategy TimeSlicing; remove it or set strategy: TimeSlicing",
+        where));
+  }
+  return common::UnimplementedError(fmt::format(
+      "{}.sharing: the MPS sharing strategy is not supported by this driver version yet; use TimeSlicing, or "
+      "remove sharing for exclusive access",
+      where));
+}
+
 }  // namespace
 
 std::string_view ConfigKindName(ConfigKind kind) {
@@ -160,25 +235,12 @@ StatusOr<OpaqueConfig> DecodeOpaqueConfig(const json& parameters, std::string_vi
   return OpaqueConfig{kind->second, parameters};
 }
 
-Status ValidateConfig(const OpaqueConfig& config, std::string_view where) {
+Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const common::FeatureGates& gates) {
   const json& object = config.object;
   switch (config.kind) {
     case ConfigKind::kGpuConfig:
-    case ConfigKind::kMigDeviceConfig: {
-      auto sharing = object.find("sharing");
-      if (sharing == object.end() || sharing->is_null()) return common::OkStatus();
-      const std::string strategy = JsonString(*sharing, "strategy");
-      if (strategy != "TimeSlicing" && strategy != "MPS") {
-        return common::InvalidArgumentError(fmt::format(
-            "{}.sharing.strategy: unknown strategy \"{}\"; use TimeSlicing or MPS, or leave sharing out for "
-            "exclusive access",
-            where, strategy));
-      }
-      return common::UnimplementedError(fmt::format(
-          "{}.sharing: the {} sharing strategy is not supported by this driver version yet; remove "
-          "sharing for exclusive access",
-          where, strategy));
-    }
+    case ConfigKind::kMigDeviceConfig:
+      return ValidateSharing(object, where, gates);
     case ConfigKind::kVfioDeviceConfig:
       return common::UnimplementedError(
           fmt::format("{}: VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet", where));
@@ -281,6 +343,27 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
     grouped[it->second].results.push_back(std::move(allocated));
   }
   return grouped;
+}
+
+std::string_view TimeSliceIntervalName(TimeSliceInterval interval) {
+  for (const auto& [name, known] : kIntervals) {
+    if (known == interval) return name;
+  }
+  return "Default";
+}
+
+std::optional<Sharing> SharingOf(const OpaqueConfig& config) {
+  if (config.kind != ConfigKind::kGpuConfig && config.kind != ConfigKind::kMigDeviceConfig) return std::nullopt;
+  auto sharing = config.object.find("sharing");
+  if (sharing == config.object.end() || !sharing->is_object()) return std::nullopt;
+  const std::string strategy = JsonString(*sharing, "strategy");
+  if (strategy == kMpsStrategy) return MpsSharing{JsonMember(*sharing, "mpsConfig")};
+  if (strategy != kTimeSlicingStrategy) return std::nullopt;
+  TimeSlicing time_slicing;
+  if (const std::string interval = JsonString(JsonMember(*sharing, "timeSlicingConfig"), "interval"); !interval.empty()) {
+    time_slicing.interval = ParseInterval(interval).value_or(TimeSliceInterval::kDefault);
+  }
+  return time_slicing;
 }
 
 }  // namespace nvdra::api

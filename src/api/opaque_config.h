@@ -16,10 +16,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/feature_gates.h"
 #include "common/status.h"
 
 namespace nvdra::api {
@@ -50,11 +52,37 @@ common::StatusOr<OpaqueConfig> DecodeOpaqueConfig(const nlohmann::json& paramete
 // A config with no fields set: the built-in default of its kind.
 OpaqueConfig DefaultConfig(ConfigKind kind);
 
-// Checks a decoded config: sharing strategies, MPS and time-slicing settings
-// and VFIO options are not supported by this version yet and fail with a
-// clear kUnimplemented instead of being ignored. kInvalidArgument names the
-// field for values that are wrong in any version.
-common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where);
+// Checks a decoded config against the feature gates of the component that
+// judges it (the webhook's and the plugin's gates are the chart's one
+// featureGates value). kInvalidArgument names the field for values that are
+// wrong in any setting; kFailedPrecondition names the feature gate (and the
+// chart value) a sharing strategy needs; kUnimplemented for what this
+// version does not do yet (MPS, VFIO) instead of ignoring it.
+common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where,
+                              const common::FeatureGates& gates);
+
+// upstream's TimeSliceInterval: the value nvidia-smi compute-policy
+// --set-timeslice takes.
+enum class TimeSliceInterval { kDefault = 0, kShort = 1, kMedium = 2, kLong = 3 };
+std::string_view TimeSliceIntervalName(TimeSliceInterval interval);
+
+// sharing.strategy TimeSlicing (timeSlicingConfig.interval, Default when
+// left out, as upstream's Normalize). On a MigDeviceConfig it has no
+// interval and changes nothing, as upstream.
+struct TimeSlicing {
+  TimeSliceInterval interval = TimeSliceInterval::kDefault;
+  friend bool operator==(const TimeSlicing&, const TimeSlicing&) = default;
+};
+// sharing.strategy MPS (mpsConfig as given).
+struct MpsSharing {
+  nlohmann::json settings;
+  friend bool operator==(const MpsSharing&, const MpsSharing&) = default;
+};
+using Sharing = std::variant<TimeSlicing, MpsSharing>;
+
+// The sharing a GpuConfig or MigDeviceConfig asks for; nullopt for exclusive
+// use and for other kinds. For a config that passed ValidateConfig.
+std::optional<Sharing> SharingOf(const OpaqueConfig& config);
 
 // One entry of a claim's status.allocation.devices.results for this driver.
 struct AllocatedDevice {

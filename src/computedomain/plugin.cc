@@ -192,6 +192,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.record_aborted = true;
+  host_options.preparer.gates = gates;
   host_options.preparer.ready_wait = environment.ready_wait;
   host_options.boot_id_file = environment.boot_id_file;
   kubeletplugin::DesiredSlice slice;

@@ -47,8 +47,8 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
 
 }  // namespace
 
-GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi)
-    : inventory_(std::move(inventory)), cdi_(cdi) {
+GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy)
+    : inventory_(std::move(inventory)), cdi_(cdi), compute_policy_(compute_policy) {
   for (const GpuInfo& gpu : inventory_.gpus) {
     if (!gpu.mig_enabled) {
       devices_.emplace(GpuDeviceName(gpu.minor), FullGpuDevice{gpu});
@@ -89,7 +89,19 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
       group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device)));
       spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind});
     }
-    // Exclusive use: nothing applied, so the config state stays empty.
+    // Exclusive use applies nothing: the config state stays empty.
+    const std::optional<api::Sharing> sharing = api::SharingOf(configured.config);
+    if (const auto* time_slicing = sharing ? std::get_if<api::TimeSlicing>(&*sharing) : nullptr) {
+      const std::vector<std::string> gpus = TimeSlicedGpus(configured);
+      for (const std::string& uuid : gpus) {
+        RETURN_IF_ERROR(compute_policy_.SetComputeMode(uuid, ComputeMode::kDefault));
+        common::CrashPoint("prepare-after-compute-mode");
+        RETURN_IF_ERROR(compute_policy_.SetTimeSlice(uuid, time_slicing->interval));
+        common::CrashPoint("prepare-after-time-slice");
+      }
+      // MIG devices only: accepted, nothing applied (upstream's no-op).
+      if (!gpus.empty()) std::get<kubeletplugin::GpuConfigState>(group.config_state).time_slice_applied = true;
+    }
     groups.push_back(std::move(group));
   }
   common::CrashPoint("prepare-before-cdi-write");
@@ -98,8 +110,38 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
   return groups;
 }
 
+std::vector<std::string> GpuDeviceState::TimeSlicedGpus(const api::ConfiguredResults& group) const {
+  std::vector<std::string> uuids;
+  const std::optional<api::Sharing> sharing = api::SharingOf(group.config);
+  if (!sharing || !std::holds_alternative<api::TimeSlicing>(*sharing)) return uuids;
+  for (const api::AllocatedDevice& allocated : group.results) {
+    auto it = devices_.find(allocated.device);
+    if (it == devices_.end()) continue;
+    if (const auto* gpu = std::get_if<FullGpuDevice>(&it->second)) uuids.push_back(gpu->gpu.uuid);
+  }
+  return uuids;
+}
+
 Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim) {
-  // Full GPUs and static MIG devices keep no state beyond the CDI spec.
+  // The GPUs whose time slice this claim changed, or may have changed.
+  std::vector<std::string> time_sliced;
+  for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
+    const auto* state = std::get_if<kubeletplugin::GpuConfigState>(&group.config_state);
+    if (state == nullptr || state->time_slice_applied != true) continue;
+    for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) {
+      if (const auto* gpu = std::get_if<kubeletplugin::PreparedGpu>(&entry.kind)) time_sliced.push_back(gpu->uuid);
+    }
+  }
+  if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+    for (const api::ConfiguredResults& group : claim.view->groups) {
+      for (std::string& uuid : TimeSlicedGpus(group)) time_sliced.push_back(std::move(uuid));
+    }
+  }
+  // Exclusive allocation: no other prepared claim holds these GPUs, so the
+  // interval goes back to the driver's default.
+  for (const std::string& uuid : time_sliced) {
+    RETURN_IF_ERROR(compute_policy_.SetTimeSlice(uuid, api::TimeSliceInterval::kDefault));
+  }
   return cdi_.RemoveClaimSpec(claim.ref.uid);
 }
 

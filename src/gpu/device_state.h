@@ -7,10 +7,18 @@
 // (kubeletplugin/prepared_devices.h), so that a node can switch between the
 // Go driver and this one.
 //
-// Supported: full GPUs and static (pre-created) MIG devices, exclusive use.
-// Sharing, VFIO and dynamic MIG fail with a clear "not supported yet".
+// Supported: full GPUs and static (pre-created) MIG devices, exclusive or
+// time-sliced (sharing.strategy TimeSlicing, gate TimeSlicingSettings): on a
+// full GPU, Prepare sets compute mode DEFAULT and the requested time-slice
+// interval through the ComputePolicy and records timeSliceApplied in the
+// group's config state; Unprepare sets the interval back to Default for the
+// GPUs a group records (or, for a PrepareStarted leftover, the GPUs its
+// allocation asked to time-slice: a crash may have come after the change).
+// On a MIG device TimeSlicing is accepted and changes nothing, as upstream.
+// MPS, VFIO and dynamic MIG fail validation with a clear "not supported yet".
 //
-// Ownership: owns its copy of the inventory; borrows the CDI generator.
+// Ownership: owns its copy of the inventory; borrows the CDI generator and
+// the compute policy.
 // Thread-safety: the ClaimPreparer calls one method at a time (pu.lock);
 // the device map is immutable after construction.
 
@@ -20,6 +28,7 @@
 
 #include "common/status.h"
 #include "gpu/claim_cdi.h"
+#include "gpu/compute_policy.h"
 #include "gpu/discovery.h"
 #include "kubeletplugin/claim_device_backend.h"
 
@@ -29,7 +38,7 @@ inline constexpr std::string_view kDriverName = "gpu.nvidia.com";
 
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
  public:
-  GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi);
+  GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy);
 
   std::vector<api::ConfigKind> DefaultConfigKinds() const override;
   common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
@@ -42,8 +51,12 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   const NodeInventory& inventory() const { return inventory_; }
 
  private:
+  // The full GPUs of `group` that its config asks to time-slice.
+  std::vector<std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
+
   NodeInventory inventory_;
   const GpuCdi& cdi_;
+  ComputePolicy& compute_policy_;
   std::map<std::string, NodeDeviceKind> devices_;  // refers into inventory_
 };
 

@@ -33,6 +33,7 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<k8s::Client> client;
   std::unique_ptr<nvml::Library> nvml;
   std::unique_ptr<GpuCdi> cdi;
+  std::unique_ptr<ComputePolicy> compute_policy;
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<kubeletplugin::PluginHost> host;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
@@ -101,10 +102,22 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   cdi_options.hook_path = config.plugin.nvidia_cdi_hook_path.empty() ? drivercdi::InstallCdiHook(plugin_dir)
                                                                      : config.plugin.nvidia_cdi_hook_path;
   ASSIGN_OR_RETURN(parts->cdi, GpuCdi::Create(cdi_options));
-  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi);
+  // nvidia-smi sets the compute mode and time slice of shared GPUs. Without
+  // it a node still serves exclusive claims, unless a sharing gate is on.
+  StatusOr<NvidiaSmiComputePolicy> nvidia_smi =
+      NvidiaSmiComputePolicy::Find(config.plugin.container_driver_root, parts->nvml->path());
+  if (nvidia_smi.ok()) {
+    parts->compute_policy = std::make_unique<NvidiaSmiComputePolicy>(*std::move(nvidia_smi));
+  } else if (gates.Enabled(common::kTimeSlicingSettings) || gates.Enabled(common::kMPSSupport)) {
+    return nvidia_smi.status();
+  } else {
+    parts->compute_policy = std::make_unique<MissingComputePolicy>(nvidia_smi.status());
+  }
+  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi, *parts->compute_policy);
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();
+  host_options.preparer.gates = gates;
   host_options.boot_id_file = environment.boot_id_file;
   host_options.resources = SlicesFor(config.plugin.node_name, published);
   // Specs of claims the checkpoint no longer has (discarded after a reboot

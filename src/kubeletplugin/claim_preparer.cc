@@ -161,7 +161,7 @@ Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint
 StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, const ordered_json& status) const {
   ASSIGN_OR_RETURN(ClaimView view, ResolveClaimView(ref, status, options_.driver_name, backend_));
   for (const api::ConfiguredResults& group : view.groups) {
-    RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source));
+    RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source, options_.gates));
   }
   return view;
 }

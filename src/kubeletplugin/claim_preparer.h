@@ -114,6 +114,9 @@ struct ClaimPreparerOptions {
   PluginMetrics* metrics = nullptr;
   // Deadlines (ready_wait) and PrepareAborted ages; must outlive the preparer.
   const common::Clock* clock = &common::RealClock();
+  // The plugin's feature gates: a config whose feature's gate is off fails
+  // validation (api::ValidateConfig).
+  common::FeatureGates gates = common::FeatureGates::Defaults();
 };
 
 class ClaimPreparer final : public DraDriver {

@@ -328,6 +328,12 @@ StatusOr<MigMode> Device::GetMigMode() const {
   return MigMode{current == abi::NVML_DEVICE_MIG_ENABLE, pending == abi::NVML_DEVICE_MIG_ENABLE};
 }
 
+StatusOr<int> Device::ComputeMode() const {
+  abi::nvmlComputeMode_t mode = abi::NVML_COMPUTEMODE_DEFAULT;
+  NVDRA_NVML_CALL(library_, nvmlDeviceGetComputeMode, handle_, &mode);
+  return mode;
+}
+
 StatusOr<GpuInstanceProfile> Device::GetGpuInstanceProfile(std::uint32_t profile_index) const {
   abi::nvmlGpuInstanceProfileInfo_v2_t info{};
   info.version = abi::nvmlGpuInstanceProfileInfo_v2;

@@ -163,6 +163,9 @@ class Device {
   StatusOr<std::uint32_t> AddressingMode() const;  // NVML_DEVICE_ADDRESSING_MODE_*
   StatusOr<std::uint32_t> ModuleId() const;
   StatusOr<MigMode> GetMigMode() const;
+  // NVML_COMPUTEMODE_* (read only: the plugin changes it through
+  // nvidia-smi, as upstream, gpu/compute_policy.h).
+  StatusOr<int> ComputeMode() const;
   StatusOr<std::uint32_t> MaxMigDeviceCount() const;
 
   // The profile at NVML_GPU_INSTANCE_PROFILE_* index `profile_index`;

@@ -71,6 +71,12 @@ constexpr unsigned StructVersion(std::size_t size, unsigned version) {
 
 // nvmlBrandType_t (C enum).
 using nvmlBrandType_t = int;
+// nvmlComputeMode_t (C enum).
+using nvmlComputeMode_t = int;
+inline constexpr int NVML_COMPUTEMODE_DEFAULT = 0;
+inline constexpr int NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1;  // deprecated by NVIDIA
+inline constexpr int NVML_COMPUTEMODE_PROHIBITED = 2;
+inline constexpr int NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3;
 // nvmlDeviceArchitecture_t.
 using nvmlDeviceArchitecture_t = unsigned int;
 inline constexpr unsigned NVML_DEVICE_ARCH_KEPLER = 2;
@@ -271,6 +277,8 @@ inline constexpr unsigned NVML_INIT_FLAG_NO_GPUS = 1;
   X(nvmlDeviceGetNumaNodeId, (nvmlDevice_t device, unsigned int* node))                      \
   X(nvmlDeviceGetAddressingMode, (nvmlDevice_t device, nvmlDeviceAddressingMode_t* mode))    \
   X(nvmlDeviceGetModuleId, (nvmlDevice_t device, unsigned int* moduleId))                    \
+  X(nvmlDeviceGetComputeMode, (nvmlDevice_t device, nvmlComputeMode_t* mode))               \
+  X(nvmlDeviceSetComputeMode, (nvmlDevice_t device, nvmlComputeMode_t mode))                 \
   X(nvmlDeviceGetMigMode, (nvmlDevice_t device, unsigned int* currentMode,                   \
                            unsigned int* pendingMode))                                       \
   X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))              \

@@ -55,7 +55,8 @@ std::string KindList(const std::vector<api::ConfigKind>& kinds) {
 }
 
 // One config's problem, or nullopt when it is valid.
-std::optional<std::string> CheckOne(const DriverKinds& driver, const json& parameters, const std::string& where) {
+std::optional<std::string> CheckOne(const DriverKinds& driver, const json& parameters, const std::string& where,
+                                    const common::FeatureGates& gates) {
   StatusOr<api::OpaqueConfig> decoded = api::DecodeOpaqueConfig(parameters, where);
   if (!decoded.ok()) return std::string(decoded.status().message());
   bool fits = false;
@@ -65,7 +66,7 @@ std::optional<std::string> CheckOne(const DriverKinds& driver, const json& param
                        where, api::ConfigKindName(decoded->kind), driver.driver, KindList(driver.kinds),
                        driver.other_driver);
   }
-  if (Status valid = api::ValidateConfig(*decoded, where); !valid.ok()) return std::string(valid.message());
+  if (Status valid = api::ValidateConfig(*decoded, where, gates); !valid.ok()) return std::string(valid.message());
   return std::nullopt;
 }
 
@@ -122,7 +123,7 @@ bool IsJsonContentType(std::string_view content_type) {
 
 }  // namespace
 
-Status ValidateDeviceConfigs(const json& devices, std::string_view where) {
+Status ValidateDeviceConfigs(const json& devices, std::string_view where, const common::FeatureGates& gates) {
   StatusOr<json> configs = ConfigList(devices, where);
   if (!configs.ok()) return configs.status();
   std::vector<std::string> problems;
@@ -134,7 +135,7 @@ Status ValidateDeviceConfigs(const json& devices, std::string_view where) {
     if (driver == nullptr) continue;
     const json* parameters = JsonFind(*opaque, "parameters");
     const std::string path = fmt::format("{}.config[{}].opaque.parameters", where, i);
-    if (auto problem = CheckOne(*driver, parameters != nullptr ? *parameters : json(), path)) {
+    if (auto problem = CheckOne(*driver, parameters != nullptr ? *parameters : json(), path, gates)) {
       problems.push_back(std::move(*problem));
     }
   }
@@ -154,7 +155,8 @@ std::string_view AdmissionOutcomeName(AdmissionOutcome outcome) {
   return "unknown";
 }
 
-AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view body) {
+AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view body,
+                               const common::FeatureGates& gates) {
   if (!IsJsonContentType(content_type)) {
     return PlainError(415, fmt::format("contentType={}, expected application/json", content_type));
   }
@@ -213,7 +215,7 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
       if (old_configs.ok() && *old_configs == *configs) return Respond(uid, AdmissionOutcome::kAllowed, plural, "");
     }
   }
-  if (Status valid = ValidateDeviceConfigs(devices, where); !valid.ok()) {
+  if (Status valid = ValidateDeviceConfigs(devices, where, gates); !valid.ok()) {
     return Respond(uid, AdmissionOutcome::kDenied, plural, std::string(valid.message()));
   }
   return Respond(uid, AdmissionOutcome::kAllowed, plural, "");

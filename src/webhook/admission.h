@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/feature_gates.h"
 #include "common/status.h"
 
 namespace nvdra::webhook {
@@ -43,7 +44,8 @@ inline constexpr std::string_view kComputeDomainDriverName = "compute-domain.nvi
 // ("spec.devices.config[1].opaque.parameters.sharing.strategy: ...") and says
 // how to fix it. OK when every config of ours is valid or there is none;
 // entries of other drivers and non-opaque entries are not looked at.
-[[nodiscard]] common::Status ValidateDeviceConfigs(const nlohmann::json& devices, std::string_view where);
+[[nodiscard]] common::Status ValidateDeviceConfigs(const nlohmann::json& devices, std::string_view where,
+                                                   const common::FeatureGates& gates);
 
 enum class AdmissionOutcome {
   kAllowed,     // response.allowed = true
@@ -71,6 +73,7 @@ struct AdmissionReply {
 // reason Invalid and upstream's message form "N configs failed to validate:
 // <path>: <problem>; ...", or (an object we cannot read, a resource we do not
 // handle) code 400, reason BadRequest. Never throws.
-AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view body);
+AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view body,
+                               const common::FeatureGates& gates);
 
 }  // namespace nvdra::webhook

@@ -11,7 +11,7 @@
 
 namespace nvdra::webhook {
 
-common::Status RunWebhookProcess(const Config& config, const common::FeatureGates& /*gates*/,
+common::Status RunWebhookProcess(const Config& config, const common::FeatureGates& gates,
                                  common::ShutdownSignals& signals) {
   common::MetricsRegistry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<ServingCertificate> certificate,
@@ -23,6 +23,7 @@ common::Status RunWebhookProcess(const Config& config, const common::FeatureGate
   ServerOptions options;
   options.bind_address = config.bind_address;
   options.port = config.port;
+  options.gates = gates;
   ASSIGN_OR_RETURN(std::unique_ptr<WebhookServer> server, WebhookServer::Start(options, *certificate, registry)
                                                                 .WithContext("start the webhook server"));
   LOG_INFO(0, "starting webhook server",

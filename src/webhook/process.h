@@ -18,8 +18,7 @@ namespace nvdra::webhook {
 // Serves until `signals` requests the stop; an error when the certificate,
 // the metrics server or the HTTPS server cannot start. `config` passed
 // Validate.
-// `gates` is not used yet (the webhook has no gated behaviour); the
-// parameter keeps the signature every service shares (common::RunService).
+// `gates` decide which sharing strategies are admitted (the plugins' gates).
 [[nodiscard]] common::Status RunWebhookProcess(const Config& config, const common::FeatureGates& gates,
                                                common::ShutdownSignals& signals);
 

@@ -16,8 +16,9 @@ namespace nvdra::webhook {
 using common::StatusOr;
 
 struct WebhookServer::State {
-  State(ServingCertificate& certificate, common::MetricsRegistry& registry)
-      : server([&certificate](SSL_CTX& ctx) {
+  State(ServingCertificate& certificate, common::MetricsRegistry& registry, common::FeatureGates gates_in)
+      : gates(std::move(gates_in)),
+        server([&certificate](SSL_CTX& ctx) {
           certificate.Attach(ctx);
           return true;
         }),
@@ -31,6 +32,7 @@ struct WebhookServer::State {
                                        common::ExponentialBuckets(0.0001, 4, 8))
                      .WithLabels({})) {}
 
+  const common::FeatureGates gates;
   httplib::SSLServer server;
   common::CounterFamily requests;
   common::Histogram duration;
@@ -42,7 +44,7 @@ WebhookServer::WebhookServer(std::unique_ptr<State> state) : state_(std::move(st
 StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOptions& options,
                                                               ServingCertificate& certificate,
                                                               common::MetricsRegistry& registry) {
-  auto state = std::make_unique<State>(certificate, registry);
+  auto state = std::make_unique<State>(certificate, registry, options.gates);
   if (!state->server.is_valid()) return common::InternalError("cannot create the TLS context (OpenSSL)");
   State* raw = state.get();
   httplib::Server& server = state->server;
@@ -59,7 +61,7 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOption
   server.set_tcp_nodelay(true);
   server.Post(std::string(kValidatePath), [raw](const httplib::Request& request, httplib::Response& response) {
     const auto started = std::chrono::steady_clock::now();
-    AdmissionReply reply = ReviewAdmission(request.get_header_value("Content-Type"), request.body);
+    AdmissionReply reply = ReviewAdmission(request.get_header_value("Content-Type"), request.body, raw->gates);
     raw->duration.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     raw->requests.WithLabels({reply.resource, std::string(AdmissionOutcomeName(reply.outcome))}).Inc();
     switch (reply.outcome) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "common/feature_gates.h"
 #include "common/metrics.h"
 #include "common/status.h"
 #include "webhook/serving_certificate.h"
@@ -27,6 +28,9 @@ struct ServerOptions {
   std::string bind_address;
   int port = 443;  // 0: any free port (see WebhookServer::port())
   int threads = 4;  // concurrent requests
+  // The driver's feature gates: a sharing strategy whose gate is off is
+  // denied, as the plugins refuse it at Prepare.
+  common::FeatureGates gates = common::FeatureGates::Defaults();
 };
 
 class WebhookServer {

@@ -56,6 +56,36 @@ void CopyName(const std::string& name, char (&out)[kDeviceNameBufferSize]) {
 
 extern "C" {
 
+// The compute mode lives in the state file next to the MIG state, where the
+// simulated nvidia-smi (-c) changes it too. Full GPUs only, as NVML.
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode) {
+  NVDRA_MOCKNVML_BEGIN();
+  NVDRA_MOCKNVML_RESOLVE(device, d);
+  if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
+  const MigState* state = ctx.ReadMigState();
+  if (state == nullptr) return NVML_ERROR_UNKNOWN;
+  auto it = state->compute_policy.find(d.gpu->uuid);
+  *mode = it == state->compute_policy.end() ? NVML_COMPUTEMODE_DEFAULT : it->second.compute_mode;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(nvmlDevice_t device, nvmlComputeMode_t mode) {
+  NVDRA_MOCKNVML_BEGIN();
+  NVDRA_MOCKNVML_RESOLVE(device, d);
+  if (mode < NVML_COMPUTEMODE_DEFAULT || mode > NVML_COMPUTEMODE_EXCLUSIVE_PROCESS) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
+  StatusOr<nvmlReturn_t> rc = ctx.store().Update([&](MigState& state) {
+    state.compute_policy[d.gpu->uuid].compute_mode = mode;
+    return NVML_SUCCESS;
+  });
+  if (!rc.ok()) {
+    std::fprintf(stderr, "mock NVML: %s\n", rc.status().message().c_str());
+    return NVML_ERROR_UNKNOWN;
+  }
+  return *rc;
+}
+
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode,
                                   unsigned int* pendingMode) {
   NVDRA_MOCKNVML_BEGIN();

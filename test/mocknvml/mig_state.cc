@@ -80,6 +80,13 @@ json ToJson(const MigState& state) {
     }
     root["fabric"] = std::move(fabric);
   }
+  if (!state.compute_policy.empty()) {
+    json policies = json::object();
+    for (const auto& [uuid, policy] : state.compute_policy) {
+      policies[uuid] = {{"computeMode", policy.compute_mode}, {"timeSlice", policy.time_slice}};
+    }
+    root["computePolicy"] = std::move(policies);
+  }
   return root;
 }
 
@@ -115,6 +122,11 @@ MigState FromJson(const json& root) {
       }
       if (entry.contains("status")) o.status = entry.at("status").get<int>();
       state.fabric.emplace(uuid, o);
+    }
+  }
+  if (root.contains("computePolicy")) {
+    for (const auto& [uuid, entry] : root.at("computePolicy").items()) {
+      state.compute_policy.emplace(uuid, ComputePolicyState{entry.value("computeMode", 0), entry.value("timeSlice", 0)});
     }
   }
   return state;

@@ -73,9 +73,18 @@ struct FabricOverride {
   std::optional<abi::nvmlReturn_t> status;
 };
 
+// What nvidia-smi -c and nvidia-smi compute-policy --set-timeslice (and
+// nvmlDeviceSetComputeMode) changed on a GPU; a GPU without an entry has the
+// defaults.
+struct ComputePolicyState {
+  int compute_mode = 0;  // NVML_COMPUTEMODE_*
+  int time_slice = 0;    // 0 Default, 1 Short, 2 Medium, 3 Long
+};
+
 struct MigState {
   std::map<std::string, GpuMigState, std::less<>> gpus;  // by GPU UUID
   std::map<std::string, FabricOverride, std::less<>> fabric;
+  std::map<std::string, ComputePolicyState, std::less<>> compute_policy;  // by GPU UUID
 };
 
 // The initial MIG state of one GPU: the profile's mode and static instances,

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "mocknvml_test_util.h"
 
 namespace nvdra::mocknvml::testing {
@@ -270,6 +272,38 @@ TEST_F(MockNvmlMig, StateIsSharedWithAnotherProcess) {
   ASSERT_EQ(::waitpid(second, &status, 0), second);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// The compute mode is node state in the state file's computePolicy map: NVML
+// changes and reads it, and so does another writer (the simulated
+// nvidia-smi -c) that replaces the file as the library does. The MIG state in
+// the same file is kept.
+TEST_F(MockNvmlMig, ComputeModeIsSharedNodeState) {
+  UseProfile("a100-mig.json");
+  InitOrFail();
+  abi::nvmlDevice_t gpu = nvml_->Gpu(0);
+  abi::nvmlComputeMode_t mode = -1;
+  ASSERT_EQ(nvml_->nvmlDeviceGetComputeMode(gpu, &mode), abi::NVML_SUCCESS);
+  EXPECT_EQ(mode, abi::NVML_COMPUTEMODE_DEFAULT);
+  ASSERT_EQ(nvml_->nvmlDeviceSetComputeMode(gpu, abi::NVML_COMPUTEMODE_EXCLUSIVE_PROCESS), abi::NVML_SUCCESS);
+  ASSERT_EQ(nvml_->nvmlDeviceGetComputeMode(gpu, &mode), abi::NVML_SUCCESS);
+  EXPECT_EQ(mode, abi::NVML_COMPUTEMODE_EXCLUSIVE_PROCESS);
+  EXPECT_EQ(nvml_->nvmlDeviceSetComputeMode(gpu, 7), abi::NVML_ERROR_INVALID_ARGUMENT);
+
+  nlohmann::json state = nlohmann::json::parse(ReadFile(state_file()));
+  char uuid[96] = {};
+  ASSERT_EQ(nvml_->nvmlDeviceGetUUID(gpu, uuid, sizeof(uuid)), abi::NVML_SUCCESS);
+  EXPECT_EQ(state["computePolicy"][uuid]["computeMode"], 3);
+  EXPECT_FALSE(state["gpus"].empty());  // the MIG state is still there
+  state["computePolicy"][uuid] = {{"computeMode", 0}, {"timeSlice", 3}};
+  WriteFile(state_file(), state.dump());
+  ASSERT_EQ(nvml_->nvmlDeviceGetComputeMode(gpu, &mode), abi::NVML_SUCCESS);
+  EXPECT_EQ(mode, abi::NVML_COMPUTEMODE_DEFAULT);
+  // The time slice a writer recorded survives the library's next write.
+  ASSERT_EQ(nvml_->nvmlDeviceSetComputeMode(gpu, abi::NVML_COMPUTEMODE_PROHIBITED), abi::NVML_SUCCESS);
+  state = nlohmann::json::parse(ReadFile(state_file()));
+  EXPECT_EQ(state["computePolicy"][uuid]["timeSlice"], 3);
+  EXPECT_EQ(state["computePolicy"][uuid]["computeMode"], 2);
 }
 
 TEST_F(MockNvmlMig, StateFileOutsideTheProfileFolder) {

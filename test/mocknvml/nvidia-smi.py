@@ -2,7 +2,12 @@
 """Simulated nvidia-smi for mock driver roots (installed by make-driver-root).
 
 Answers `-L` and `-q` (plus `-i <index|uuid|bus id>` and plain `nvidia-smi`,
-a short table) from the mock NVML profile: the driver root's
+a short table) from the mock NVML profile, and changes the compute mode
+(`-c DEFAULT|EXCLUSIVE_PROCESS|PROHIBITED|0..3`) and the time slice
+(`compute-policy --set-timeslice 0..3`) of the selected GPUs in the node's
+state file (the mock library's state.json, its "computePolicy" map, which
+nvmlDeviceGetComputeMode reads and `-q` shows), under the file's lock as the
+library writes it. The profile comes from the driver root's
 mock-nvml/profile.json when this script sits in a driver root's usr/bin, else
 the copy make-driver-root embedded below (inside a container the script is
 mounted alone). Static profile only: MIG devices created at run time through
@@ -21,6 +26,10 @@ import os
 import sys
 
 EMBEDDED_PROFILE = ""  # base64 JSON, filled in by make-driver-root
+EMBEDDED_STATE_FILE = ""  # the node's <root>/mock-nvml/state.json, likewise
+
+COMPUTE_MODES = {"DEFAULT": 0, "EXCLUSIVE_THREAD": 1, "PROHIBITED": 2, "EXCLUSIVE_PROCESS": 3}
+COMPUTE_MODE_NAMES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 
 ARCHITECTURES = {2: "Kepler", 3: "Maxwell", 4: "Pascal", 5: "Volta", 6: "Turing",
                  7: "Ampere", 8: "Ada Lovelace", 9: "Hopper", 10: "Blackwell"}
@@ -41,6 +50,72 @@ def load_profile(root):
     if EMBEDDED_PROFILE:
         return json.loads(base64.b64decode(EMBEDDED_PROFILE))
     sys.exit("nvidia-smi (simulated): no mock NVML profile")
+
+
+def state_file(root):
+    if os.environ.get("MOCK_NVML_STATE"):
+        return os.environ["MOCK_NVML_STATE"]
+    local = os.path.join(root, "mock-nvml", "state.json")
+    if os.path.isdir(os.path.dirname(local)):
+        return local
+    return EMBEDDED_STATE_FILE or None
+
+
+def read_state(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def compute_policy(state, uuid):
+    return state.get("computePolicy", {}).get(uuid, {})
+
+
+def update_policy(path, uuids, key, value):
+    """Sets computePolicy[uuid][key] as the mock library writes its state:
+    under flock on state.json.lock, through a temporary file renamed over it."""
+    import fcntl
+    if not path:
+        sys.exit("nvidia-smi (simulated): no state file to change")
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = read_state(path) or {"version": 1, "gpus": {}}
+        policies = state.setdefault("computePolicy", {})
+        for uuid in uuids:
+            entry = policies.setdefault(uuid, {"computeMode": 0, "timeSlice": 0})
+            entry[key] = value
+        tmp = "%s.tmp.%d" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+
+
+def set_compute_mode(path, indexed, mode):
+    value = COMPUTE_MODES.get(mode.upper()) if not mode.isdigit() else int(mode)
+    if value is None or value not in COMPUTE_MODE_NAMES:
+        print("Invalid compute mode: %s" % mode)
+        return 2
+    update_policy(path, [g.get("uuid") for _, g in indexed], "computeMode", value)
+    for _, g in indexed:
+        print("Set compute mode to %s for GPU %s." % (COMPUTE_MODE_NAMES[value].upper(),
+                                                       g.get("pci", {}).get("busId", "")))
+    print("All done.")
+    return 0
+
+
+def set_time_slice(path, indexed, value):
+    if not value.isdigit() or int(value) > 3:
+        print("Invalid timeslice value: %s (expected 0..3)" % value)
+        return 2
+    update_policy(path, [g.get("uuid") for _, g in indexed], "timeSlice", int(value))
+    for _, g in indexed:
+        print("Set timeslice to %s for GPU %s." % (value, g.get("pci", {}).get("busId", "")))
+    return 0
 
 
 def has_gpu_nodes(root):
@@ -81,15 +156,26 @@ def main(argv):
     if not gpus:
         print("No devices were found")
         return 6
+    state_path = state_file(root)
+    if args[:1] == ["compute-policy"]:
+        if "--set-timeslice" not in args or args.index("--set-timeslice") + 1 >= len(args):
+            sys.exit("nvidia-smi (simulated): compute-policy supports --set-timeslice <0..3>")
+        return set_time_slice(state_path, indexed, args[args.index("--set-timeslice") + 1])
+    if "-c" in args or "--compute-mode" in args:
+        i = args.index("-c") if "-c" in args else args.index("--compute-mode")
+        if i + 1 >= len(args):
+            sys.exit("nvidia-smi: -c needs an argument")
+        return set_compute_mode(state_path, indexed, args[i + 1])
     if "-L" in args or "--list-gpus" in args:
         for i, g in indexed:
             print("GPU %d: %s (UUID: %s)" % (i, g.get("name", "NVIDIA GPU"), g.get("uuid")))
         return 0
     if "-q" in args or "--query" in args:
-        query(profile, indexed, len(gpus))
+        query(profile, indexed, len(gpus), read_state(state_path) if state_path else {})
         return 0
     if args:
-        sys.exit("nvidia-smi (simulated): supports -L, -q, -i; not %s" % " ".join(args))
+        sys.exit("nvidia-smi (simulated): supports -L, -q, -i, -c, compute-policy --set-timeslice; not %s"
+                 % " ".join(args))
     table(profile, indexed)
     return 0
 
@@ -98,7 +184,7 @@ def mib(b):
     return "%d MiB" % (int(b) // (1 << 20))
 
 
-def query(profile, indexed, attached):
+def query(profile, indexed, attached, state):
     cuda = profile.get("cudaDriverVersion", 0)
     print("\n==============NVSMI LOG==============\n")
     print("%-40s: %s" % ("Timestamp", datetime.datetime.now().strftime("%a %b %d %H:%M:%S %Y")))
@@ -120,7 +206,9 @@ def query(profile, indexed, attached):
                      ("Module ID", g.get("moduleId", "N/A")),
                      ("PCI", ""), ("    Bus Id", g.get("pci", {}).get("busId", "")),
                      ("FB Memory Usage", ""), ("    Total", mib(mem.get("total", 0))),
-                     ("    Used", mib(mem.get("used", 0))), ("    Free", mib(mem.get("free", 0)))]:
+                     ("    Used", mib(mem.get("used", 0))), ("    Free", mib(mem.get("free", 0))),
+                     ("Compute Mode",
+                      COMPUTE_MODE_NAMES.get(compute_policy(state, g.get("uuid")).get("computeMode", 0)))]:
             print("    %-36s: %s" % (k, v) if v != "" else "    %s" % k)
         print()
 

@@ -61,18 +61,73 @@ TEST(DecodeOpaqueConfig, RejectsWrongTypesKindsAndVersions) {
   EXPECT_FALSE(DecodeOpaqueConfig(json::array(), "p").ok());
 }
 
-TEST(ValidateConfig, SharingIsRefusedAsNotSupportedYet) {
+common::FeatureGates GatesFrom(const char* text) {
+  auto gates = common::FeatureGates::Parse(text);
+  EXPECT_TRUE(gates.ok()) << gates.status().ToString();
+  return gates.ok() ? *gates : common::FeatureGates::Defaults();
+}
+
+// A decoded config of `kind` with `sharing`.
+OpaqueConfig Shared(json sharing, const char* kind = "GpuConfig") {
+  json parameters = {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", kind}, {"sharing", std::move(sharing)}};
+  auto decoded = DecodeOpaqueConfig(parameters, "p");
+  EXPECT_TRUE(decoded.ok()) << decoded.status().ToString();
+  return decoded.ok() ? *decoded : OpaqueConfig{};
+}
+
+TEST(ValidateConfig, TimeSlicingNeedsItsGateAndAValidInterval) {
+  const common::FeatureGates off = common::FeatureGates::Defaults();
+  const common::FeatureGates on = GatesFrom("TimeSlicingSettings=true");
   auto exclusive = DecodeOpaqueConfig(Gpu(), "p");
   ASSERT_TRUE(exclusive.ok());
-  EXPECT_TRUE(ValidateConfig(*exclusive, "p").ok());
-  auto mps = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "MPS"}}}}), "p");
-  ASSERT_TRUE(mps.ok());
-  common::Status status = ValidateConfig(*mps, "p");
+  EXPECT_TRUE(ValidateConfig(*exclusive, "p", off).ok());
+  EXPECT_EQ(SharingOf(*exclusive), std::nullopt);
+
+  const OpaqueConfig plain = Shared({{"strategy", "TimeSlicing"}});
+  common::Status gated = ValidateConfig(plain, "p", off);
+  EXPECT_EQ(gated.code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_NE(gated.message().find("p.sharing.strategy: TimeSlicing needs the feature gate TimeSlicingSettings"),
+            std::string::npos)
+      << gated.message();
+  EXPECT_NE(gated.message().find("featureGates.TimeSlicingSettings=true"), std::string::npos);
+  EXPECT_TRUE(ValidateConfig(plain, "p", on).ok());
+  EXPECT_EQ(SharingOf(plain), Sharing(TimeSlicing{TimeSliceInterval::kDefault}));
+
+  const OpaqueConfig long_slices = Shared({{"strategy", "TimeSlicing"}, {"timeSlicingConfig", {{"interval", "Long"}}}});
+  EXPECT_TRUE(ValidateConfig(long_slices, "p", on).ok());
+  EXPECT_EQ(SharingOf(long_slices), Sharing(TimeSlicing{TimeSliceInterval::kLong}));
+
+  common::Status no_interval =
+      ValidateConfig(Shared({{"strategy", "TimeSlicing"}, {"timeSlicingConfig", json::object()}}), "p", on);
+  EXPECT_EQ(no_interval.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_interval.message().find("p.sharing.timeSlicingConfig.interval: must be set"), std::string::npos);
+  common::Status bad_interval = ValidateConfig(
+      Shared({{"strategy", "TimeSlicing"}, {"timeSlicingConfig", {{"interval", "Forever"}}}}), "p", on);
+  EXPECT_EQ(bad_interval.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_interval.message().find("unknown interval \"Forever\""), std::string::npos);
+  common::Status mixed =
+      ValidateConfig(Shared({{"strategy", "TimeSlicing"}, {"mpsConfig", json::object()}}), "p", on);
+  EXPECT_EQ(mixed.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(mixed.message().find("p.sharing.mpsConfig: only with strategy MPS"), std::string::npos);
+
+  // On a MIG device TimeSlicing is accepted (and changes nothing, as upstream).
+  const OpaqueConfig mig = Shared({{"strategy", "TimeSlicing"}}, "MigDeviceConfig");
+  EXPECT_TRUE(ValidateConfig(mig, "p", on).ok());
+  EXPECT_EQ(SharingOf(mig), Sharing(TimeSlicing{}));
+}
+
+TEST(ValidateConfig, MpsIsGatedAndNotSupportedYet) {
+  const OpaqueConfig mps = Shared({{"strategy", "MPS"}});
+  EXPECT_EQ(ValidateConfig(mps, "p", common::FeatureGates::Defaults()).code(),
+            common::StatusCode::kFailedPrecondition);
+  common::Status status = ValidateConfig(mps, "p", GatesFrom("MPSSupport=true"));
   EXPECT_EQ(status.code(), common::StatusCode::kUnimplemented);
   EXPECT_NE(status.message().find("not supported by this driver version yet"), std::string::npos);
-  auto unknown = DecodeOpaqueConfig(Gpu({{"sharing", {{"strategy", "Sometimes"}}}}), "p");
-  ASSERT_TRUE(unknown.ok());
-  EXPECT_EQ(ValidateConfig(*unknown, "p").code(), common::StatusCode::kInvalidArgument);
+  common::Status mixed = ValidateConfig(Shared({{"strategy", "MPS"}, {"timeSlicingConfig", {{"interval", "Long"}}}}),
+                                        "p", GatesFrom("MPSSupport=true"));
+  EXPECT_EQ(mixed.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateConfig(Shared({{"strategy", "Sometimes"}}), "p", common::FeatureGates::Defaults()).code(),
+            common::StatusCode::kInvalidArgument);
 }
 
 // A claim allocation with results for gpu-0 (request "a") and a MIG device

@@ -37,6 +37,21 @@ GpuInfo Gpu(std::uint32_t minor, std::string uuid) {
   return gpu;
 }
 
+// Records what the device state asked of the GPUs; fails when told to.
+class FakeComputePolicy final : public ComputePolicy {
+ public:
+  common::Status SetComputeMode(const std::string& gpu_uuid, ComputeMode mode) override {
+    calls.push_back(gpu_uuid + " -c " + std::string(ComputeModeName(mode)));
+    return failure;
+  }
+  common::Status SetTimeSlice(const std::string& gpu_uuid, api::TimeSliceInterval interval) override {
+    calls.push_back(gpu_uuid + " timeslice " + std::string(api::TimeSliceIntervalName(interval)));
+    return failure;
+  }
+  std::vector<std::string> calls;
+  common::Status failure;
+};
+
 class GpuDeviceStateTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -75,7 +90,7 @@ class GpuDeviceStateTest : public ::testing::Test {
     auto cdi = GpuCdi::Create(options);
     ASSERT_TRUE(cdi.ok()) << cdi.status();
     cdi_ = std::move(*cdi);
-    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_);
+    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_);
   }
   void TearDown() override {
     state_.reset();
@@ -96,8 +111,17 @@ class GpuDeviceStateTest : public ::testing::Test {
                          .share_id = std::nullopt}}};
   }
 
+  // A group of `device` whose config asks for time-slicing.
+  static api::ConfiguredResults TimeSliced(api::ConfigKind kind, const std::string& device, const char* interval) {
+    api::ConfiguredResults group = Group(kind, device);
+    group.config.object["sharing"] = {{"strategy", "TimeSlicing"}};
+    if (interval != nullptr) group.config.object["sharing"]["timeSlicingConfig"] = {{"interval", interval}};
+    return group;
+  }
+
   fs::path dir_;
   std::string mig_name_;
+  FakeComputePolicy policy_;
   std::unique_ptr<GpuCdi> cdi_;
   std::unique_ptr<GpuDeviceState> state_;
 };
@@ -154,6 +178,53 @@ TEST_F(GpuDeviceStateTest, PrepareReturnsTypedGroupsAndWritesTheClaimSpecThatUnp
   EXPECT_FALSE(fs::exists(SpecFile("uid-1")));
   // Undoing again (a retried Unprepare) is not an error.
   EXPECT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+}
+
+TEST_F(GpuDeviceStateTest, TimeSlicingSetsTheFullGpusPolicyRecordsItAndUnprepareResetsIt) {
+  const kubeletplugin::ClaimView view{
+      .ref = {.uid = "uid-ts", .name = "c", .ns = "ns"},
+      .groups = {TimeSliced(api::ConfigKind::kGpuConfig, "gpu-0", "Long"),
+                 TimeSliced(api::ConfigKind::kMigDeviceConfig, mig_name_, nullptr)}};
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  // Compute mode DEFAULT first, then the interval; the MIG device is left alone.
+  EXPECT_EQ(policy_.calls, (std::vector<std::string>{"GPU-0000 -c DEFAULT", "GPU-0000 timeslice Long"}));
+  EXPECT_EQ(std::get<kubeletplugin::GpuConfigState>((*groups)[0].config_state).time_slice_applied, true);
+  EXPECT_EQ((*groups)[1].config_state, kubeletplugin::PreparedConfigState(kubeletplugin::GpuConfigState{}));
+
+  policy_.calls.clear();
+  kubeletplugin::CheckpointedClaim entry;
+  entry.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  entry.prepared_devices = *groups;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 timeslice Default"});
+  EXPECT_FALSE(fs::exists(SpecFile("uid-ts")));
+}
+
+TEST_F(GpuDeviceStateTest, APrepareStartedLeftoverResetsWhatItsAllocationAskedToTimeSlice) {
+  // A crash after the interval was set and before the checkpoint recorded it:
+  // the entry has no groups, only the allocation.
+  const kubeletplugin::ClaimView view{.ref = {.uid = "uid-crash", .name = "c", .ns = "ns"},
+                                      .groups = {TimeSliced(api::ConfigKind::kGpuConfig, "gpu-0", "Short")}};
+  const kubeletplugin::CheckpointedClaim started;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = started, .view = view}).ok());
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 timeslice Default"});
+
+  // An exclusive claim's entry changes nothing.
+  policy_.calls.clear();
+  const kubeletplugin::ClaimView exclusive{.ref = view.ref, .groups = {Group(api::ConfigKind::kGpuConfig, "gpu-0")}};
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = started, .view = exclusive}).ok());
+  EXPECT_TRUE(policy_.calls.empty());
+}
+
+TEST_F(GpuDeviceStateTest, AFailedPolicyChangeFailsPrepareBeforeTheSpecIsWritten) {
+  policy_.failure = common::InternalError("nvidia-smi: Insufficient Permissions");
+  const kubeletplugin::ClaimView view{.ref = {.uid = "uid-denied", .name = "c", .ns = "ns"},
+                                      .groups = {TimeSliced(api::ConfigKind::kGpuConfig, "gpu-0", nullptr)}};
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_FALSE(groups.ok());
+  EXPECT_THAT(groups.status().message(), HasSubstr("Insufficient Permissions"));
+  EXPECT_FALSE(fs::exists(SpecFile("uid-denied")));
 }
 
 }  // namespace

@@ -235,7 +235,8 @@ class ClaimPreparerTest : public ::testing::Test {
             .aborted_ttl = std::chrono::seconds(90),
             .ready_wait = std::chrono::seconds(40),
             .metrics = nullptr,
-            .clock = &clock_};
+            .clock = &clock_,
+            .gates = common::FeatureGates::Defaults()};
   }
 
   // A claim the reader serves from now on.

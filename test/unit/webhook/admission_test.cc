@@ -12,6 +12,9 @@ namespace {
 
 using nlohmann::json;
 
+// The default gates: every sharing strategy off.
+common::FeatureGates Gates() { return common::FeatureGates::Defaults(); }
+
 json Params(const std::string& kind, json extra = json::object()) {
   json config = {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", kind}};
   config.update(extra);
@@ -65,7 +68,7 @@ struct Answer {
 };
 
 Answer Send(const json& review, const std::string& content_type = "application/json") {
-  Answer answer{ReviewAdmission(content_type, review.dump()), nullptr};
+  Answer answer{ReviewAdmission(content_type, review.dump(), Gates()), nullptr};
   if (answer.reply.http_status == 200) {
     json body = json::parse(answer.reply.body);
     EXPECT_EQ(body["apiVersion"], "admission.k8s.io/v1");
@@ -157,9 +160,10 @@ const InvalidCase kInvalidCases[] = {
     {"NotAnObject", Opaque("gpu.nvidia.com", json::array({1})), ": must be an object with apiVersion and kind"},
     {"UnknownStrategy", Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", {{"strategy", "X"}}}})),
      ".sharing.strategy: unknown strategy \"X\""},
-    {"SharingNotSupportedYet", Opaque("gpu.nvidia.com", Params("GpuConfig", {{"sharing", {{"strategy",
-                                                                                             "TimeSlicing"}}}})),
-     ".sharing: the TimeSlicing sharing strategy is not supported by this driver version yet; remove sharing"},
+    {"TimeSlicingNeedsItsGate", Opaque("gpu.nvidia.com", Params("GpuConfig", {{"sharing", {{"strategy",
+                                                                                              "TimeSlicing"}}}})),
+     ".sharing.strategy: TimeSlicing needs the feature gate TimeSlicingSettings: enable it on the driver (chart "
+     "value featureGates.TimeSlicingSettings=true)"},
     {"MigHasNoTimeSlicingConfig",
      Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", {{"timeSlicingConfig", json::object()}}}})),
      ".sharing.timeSlicingConfig: unknown field"},
@@ -264,40 +268,63 @@ TEST(ReviewAdmission, ObjectsItCannotReadAreBadRequests) {
 
 TEST(ReviewAdmission, MalformedReviewsAreHttpErrors) {
   const json good = Review("v1", false, Object("v1", false, json::array()));
-  AdmissionReply reply = ReviewAdmission("text/plain", good.dump());
+  AdmissionReply reply = ReviewAdmission("text/plain", good.dump(), Gates());
   EXPECT_EQ(reply.http_status, 415);
   EXPECT_EQ(reply.outcome, AdmissionOutcome::kBadRequest);
   EXPECT_NE(reply.body.find("contentType=text/plain, expected application/json"), std::string::npos);
-  EXPECT_EQ(ReviewAdmission("application/json; charset=utf-8", good.dump()).http_status, 200);
+  EXPECT_EQ(ReviewAdmission("application/json; charset=utf-8", good.dump(), Gates()).http_status, 200);
 
-  reply = ReviewAdmission("application/json", "{not json");
+  reply = ReviewAdmission("application/json", "{not json", Gates());
   EXPECT_EQ(reply.http_status, 400);
   EXPECT_NE(reply.body.find("not valid JSON"), std::string::npos);
 
   json v1beta1 = good;
   v1beta1["apiVersion"] = "admission.k8s.io/v1beta1";
-  reply = ReviewAdmission("application/json", v1beta1.dump());
+  reply = ReviewAdmission("application/json", v1beta1.dump(), Gates());
   EXPECT_EQ(reply.http_status, 400);
   EXPECT_NE(reply.body.find("admissionReviewVersions: [\"v1\"]"), std::string::npos) << reply.body;
 
   json no_request = good;
   no_request.erase("request");
-  EXPECT_EQ(ReviewAdmission("application/json", no_request.dump()).http_status, 400);
+  EXPECT_EQ(ReviewAdmission("application/json", no_request.dump(), Gates()).http_status, 400);
 
   json no_uid = good;
   no_uid["request"].erase("uid");
-  reply = ReviewAdmission("application/json", no_uid.dump());
+  reply = ReviewAdmission("application/json", no_uid.dump(), Gates());
   EXPECT_EQ(reply.http_status, 400);
   EXPECT_NE(reply.body.find("request.uid is missing"), std::string::npos);
 }
 
 TEST(ValidateDeviceConfigs, UsesTheGivenPath) {
   const json devices = {{"config", json::array({Opaque("gpu.nvidia.com", Params("GpuConfig", {{"x", 1}}))})}};
-  common::Status status = ValidateDeviceConfigs(devices, "here");
+  common::Status status = ValidateDeviceConfigs(devices, "here", Gates());
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), common::StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("here.config[0].opaque.parameters.x: unknown field"), std::string::npos);
-  EXPECT_TRUE(ValidateDeviceConfigs(json(), "here").ok());
+  EXPECT_TRUE(ValidateDeviceConfigs(json(), "here", Gates()).ok());
+}
+
+}  // namespace
+}  // namespace nvdra::webhook
+
+namespace nvdra::webhook {
+namespace {
+
+// With the driver's gate on, a time-sliced GPU is admitted; the webhook judges
+// with the gates the chart gives the plugins too.
+TEST(ValidateDeviceConfigs, FollowsTheDriversFeatureGates) {
+  const json time_sliced = {
+      {"config", json::array({{{"opaque",
+                                {{"driver", "gpu.nvidia.com"},
+                                 {"parameters", Params("GpuConfig", {{"sharing",
+                                                                      {{"strategy", "TimeSlicing"},
+                                                                       {"timeSlicingConfig", {{"interval", "Long"}}}}}})}}}}})}};
+  auto on = common::FeatureGates::Parse("TimeSlicingSettings=true");
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(ValidateDeviceConfigs(time_sliced, "spec.devices", *on).ok());
+  common::Status off = ValidateDeviceConfigs(time_sliced, "spec.devices", Gates());
+  EXPECT_EQ(off.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(off.message().find("needs the feature gate TimeSlicingSettings"), std::string::npos) << off.message();
 }
 
 }  // namespace

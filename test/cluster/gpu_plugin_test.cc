@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -40,6 +41,18 @@ using nlohmann::json;
 constexpr const char* kNamespace = "gpu-plugin-test";
 constexpr const char* kNodeName = "gpu-node-a";
 constexpr const char* kDriver = "gpu.nvidia.com";
+
+// stdout and stderr of a shell command.
+std::string RunOutput(const std::string& command) {
+  std::string out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  ::pclose(pipe);
+  return out;
+}
 
 class GpuPluginTest : public ::testing::Test {
  protected:
@@ -157,6 +170,42 @@ class GpuPluginTest : public ::testing::Test {
 
   static std::string Uid(const json& claim) { return claim["metadata"]["uid"].get<std::string>(); }
 
+  // The plugin, not yet started, with --feature-gates=`gates`.
+  void UseFeatureGates(const std::string& gates) {
+    std::vector<std::string> argv =
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+    argv.push_back("--feature-gates=" + gates);
+    plugin_ = std::make_unique<PluginProcess>(argv, GpuPluginEnv(node_), node_.log);
+  }
+
+  // Runs the driver root's (simulated) nvidia-smi; its output.
+  std::string NvidiaSmi(const std::string& args) const {
+    return RunOutput((driver_root_ / "usr/bin/nvidia-smi").string() + " " + args);
+  }
+
+  // The UUID of GPU `index` as nvidia-smi -L lists it.
+  std::string GpuUuid(int index) const {
+    const std::string line = NvidiaSmi("-L -i " + std::to_string(index));
+    const std::size_t at = line.find("UUID: ");
+    return at == std::string::npos ? "" : line.substr(at + 6, line.find(')', at) - at - 6);
+  }
+
+  // computePolicy[uuid] of the node's mock NVML state file (the compute mode
+  // and time slice the simulated nvidia-smi recorded); {} when none.
+  json ComputePolicy(const std::string& uuid) const {
+    json state = json::parse(ReadFile(driver_root_ / "mock-nvml/state.json"), nullptr, false);
+    if (state.is_discarded() || !state.contains("computePolicy") || !state["computePolicy"].contains(uuid)) {
+      return json::object();
+    }
+    return state["computePolicy"][uuid];
+  }
+
+  static json TimeSlicingConfig(const char* interval) {
+    return json{{"apiVersion", "resource.nvidia.com/v1beta1"},
+                {"kind", "GpuConfig"},
+                {"sharing", {{"strategy", "TimeSlicing"}, {"timeSlicingConfig", {{"interval", interval}}}}}};
+  }
+
   static ClusterClient* shared_;
   static std::string* setup_error_;
   fs::path dir_;
@@ -233,14 +282,84 @@ TEST_F(GpuPluginTest, InvalidConfigNamesTheFieldAndLeavesNothingBehind) {
       "mps-config", "gpu-3",
       json{{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}, {"sharing", {{"strategy", "MPS"}}}});
   ASSERT_TRUE(Prepare(unsupported, &response).ok());
-  EXPECT_NE(response.error().find("not supported by this driver version yet"), std::string::npos)
-      << response.error();
+  EXPECT_NE(response.error().find("MPS needs the feature gate MPSSupport"), std::string::npos) << response.error();
+  EXPECT_NE(response.error().find("featureGates.MPSSupport=true"), std::string::npos) << response.error();
 
   // The failed attempts can be unprepared, leaving no entry (upstream #1346).
   std::string error;
   ASSERT_TRUE(Unprepare(claim, &error).ok());
   EXPECT_EQ(error, "");
   EXPECT_EQ(CheckpointState(Uid(claim)), "");
+}
+
+// TimeSlicing on a full GPU, as upstream: Prepare sets compute mode DEFAULT
+// and the interval through the driver root's nvidia-smi and records
+// timeSliceApplied; Unprepare sets the interval back to Default. With the
+// gate off the same claim fails, naming the gate and the chart value.
+TEST_F(GpuPluginTest, TimeSlicesAFullGpuAndResetsItAtUnprepare) {
+  const std::string uuid = GpuUuid(7);
+  ASSERT_FALSE(uuid.empty()) << NvidiaSmi("-L");
+  // Another tenant left the GPU in EXCLUSIVE_PROCESS.
+  NvidiaSmi("-i " + uuid + " -c EXCLUSIVE_PROCESS");
+  ASSERT_EQ(ComputePolicy(uuid)["computeMode"], 3);
+
+  StartPlugin();
+  json gated = CreateAllocatedClaim("time-sliced-gated", "gpu-7", TimeSlicingConfig("Long"));
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(gated, &response).ok());
+  EXPECT_NE(response.error().find("TimeSlicing needs the feature gate TimeSlicingSettings"), std::string::npos)
+      << response.error();
+  EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 3) << "a refused claim changed the GPU";
+  std::string error;
+  ASSERT_TRUE(Unprepare(gated, &error).ok());
+  plugin_->Stop();
+
+  UseFeatureGates("TimeSlicingSettings=true");
+  StartPlugin();
+  json claim = CreateAllocatedClaim("time-sliced", "gpu-7", TimeSlicingConfig("Long"));
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  ASSERT_EQ(response.devices_size(), 1);
+  EXPECT_EQ(ComputePolicy(uuid), (json{{"computeMode", 0}, {"timeSlice", 3}}));
+  EXPECT_NE(NvidiaSmi("-q -i " + uuid).find("Compute Mode                        : Default"), std::string::npos)
+      << NvidiaSmi("-q -i " + uuid);
+  json checkpoint = json::parse(ReadFile(PluginDir() / "checkpoint.json"));
+  const json& group = checkpoint["v2"]["preparedClaims"][Uid(claim)]["preparedDevices"][0];
+  EXPECT_EQ(group["configState"], (json{{"timeSliceApplied", true}})) << group.dump();
+
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(ComputePolicy(uuid)["timeSlice"], 0);
+  EXPECT_EQ(CheckpointState(Uid(claim)), "");
+}
+
+// A kill after the compute mode or the interval changed, before the
+// checkpoint recorded it: after the restart the retry converges, and the
+// unprepare leaves the interval at Default.
+TEST_F(GpuPluginTest, SurvivesACrashWhileTimeSlicing) {
+  const std::string uuid = GpuUuid(6);
+  UseFeatureGates("TimeSlicingSettings=true");
+  int index = 0;
+  for (const std::string point : {"prepare-after-compute-mode", "prepare-after-time-slice"}) {
+    SCOPED_TRACE(point);
+    json claim = CreateAllocatedClaim("ts-crash-" + std::to_string(index++), "gpu-6", TimeSlicingConfig("Short"));
+    StartPlugin(point);
+    drav1::NodePrepareResourceResponse response;
+    EXPECT_FALSE(Prepare(claim, &response).ok()) << "the plugin answered instead of crashing";
+    EXPECT_EQ(plugin_->WaitExit(std::chrono::seconds(30)), common::kCrashPointExitCode);
+    EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareStarted");
+
+    StartPlugin();
+    ASSERT_TRUE(Prepare(claim, &response).ok());
+    ASSERT_EQ(response.error(), "");
+    EXPECT_EQ(ComputePolicy(uuid), (json{{"computeMode", 0}, {"timeSlice", 1}}));
+    std::string error;
+    ASSERT_TRUE(Unprepare(claim, &error).ok());
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(ComputePolicy(uuid)["timeSlice"], 0);
+    EXPECT_EQ(CheckpointState(Uid(claim)), "");
+    plugin_->Stop();
+  }
 }
 
 // The plugin dies at each step of Prepare; after a restart the kubelet's

@@ -106,8 +106,11 @@ Status CheckShape(const json& value, const Field& shape, const std::string& path
     if (field == shape.fields.end()) {
       std::string known;
       for (const auto& [name, unused] : shape.fields) known += (known.empty() ? "" : ", ") + name;
+      // The key is the user's input: quoted in full only when short.
+      constexpr std::size_t kKeyChars = 64;
       return common::InvalidArgumentError(
-          fmt::format("{}.{}: unknown field (known fields here: {})", path, key, known));
+          fmt::format("{}.{}{}: unknown field (known fields here: {})", path, std::string_view(key).substr(0, kKeyChars),
+                      key.size() > kKeyChars ? "..." : "", known));
     }
     RETURN_IF_ERROR(CheckShape(item, field->second, fmt::format("{}.{}", path, key)));
   }

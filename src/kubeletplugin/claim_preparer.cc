@@ -10,6 +10,7 @@
 
 #include "api/opaque_config.h"
 #include "common/crash_point.h"
+#include "common/json_depth.h"
 #include "common/json_fields.h"
 #include "common/log.h"
 #include "k8s/api_error.h"
@@ -88,6 +89,13 @@ StatusOr<ordered_json> ApiClaimReader::Read(const std::string& ns, const std::st
   request.path = k8s::resources::kResourceClaims.Path(ns, name);
   auto response = client_.Do(request);
   if (!response.ok()) return response.status();
+  // Before parsing: copying the claim recurses per level (json_depth.h).
+  if (common::JsonNestsDeeperThan(response->body)) {
+    return common::InvalidArgumentError(fmt::format(
+        "ResourceClaim {}/{}: nested deeper than {} levels (an opaque config's parameters?); no config of this "
+        "driver nests that deep: fix the claim or its DeviceClass",
+        ns, name, common::kMaxJsonNesting));
+  }
   ordered_json claim = ordered_json::parse(response->body, nullptr, /*allow_exceptions=*/false);
   if (claim.is_discarded() || !claim.is_object()) {
     return common::InternalError(fmt::format("ResourceClaim {}/{}: the API server sent invalid JSON", ns, name));

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "api/opaque_config.h"
+#include "common/json_depth.h"
 #include "common/json_fields.h"
 
 namespace nvdra::webhook {
@@ -140,8 +141,17 @@ Status ValidateDeviceConfigs(const json& devices, std::string_view where, const 
     }
   }
   if (problems.empty()) return common::OkStatus();
+  // Bounded: the message goes back to the client and into the API server's
+  // log, and a problem can quote the input (an unknown key).
+  constexpr std::size_t kListed = 10;
+  constexpr std::size_t kProblemChars = 1024;
   std::string joined;
-  for (const std::string& problem : problems) joined += fmt::format("{}{}", joined.empty() ? "" : "; ", problem);
+  for (std::size_t i = 0; i < problems.size() && i < kListed; ++i) {
+    std::string_view problem = problems[i];
+    joined += fmt::format("{}{}{}", i == 0 ? "" : "; ", problem.substr(0, kProblemChars),
+                          problem.size() > kProblemChars ? "..." : "");
+  }
+  if (problems.size() > kListed) joined += fmt::format("; and {} more", problems.size() - kListed);
   return common::InvalidArgumentError(fmt::format("{} configs failed to validate: {}", problems.size(), joined));
 }
 
@@ -159,6 +169,11 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
                                const common::FeatureGates& gates) {
   if (!IsJsonContentType(content_type)) {
     return PlainError(415, fmt::format("contentType={}, expected application/json", content_type));
+  }
+  if (common::JsonNestsDeeperThan(body)) {
+    return PlainError(400, fmt::format("failed to read AdmissionReview from request body: JSON nested deeper than "
+                                       "{} levels; no ResourceClaim needs that",
+                                       common::kMaxJsonNesting));
   }
   json review = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (review.is_discarded()) {

@@ -329,3 +329,54 @@ TEST(ValidateDeviceConfigs, FollowsTheDriversFeatureGates) {
 
 }  // namespace
 }  // namespace nvdra::webhook
+
+namespace nvdra::webhook {
+namespace {
+
+// An AdmissionReview for a claim whose only config has `parameters`.
+std::string ReviewWithParameters(const std::string& parameters_text) {
+  json config = {{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", "@"}}}};
+  json object;
+  object["spec"]["devices"]["config"] = json::array({config});
+  json request = {{"uid", "u"}, {"operation", "CREATE"}, {"object", object}};
+  request["resource"] = {{"group", "resource.k8s.io"}, {"version", "v1"}, {"resource", "resourceclaims"}};
+  json review = {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"request", request}};
+  std::string text = review.dump();
+  text.replace(text.find("\"@\""), 3, parameters_text);
+  return text;
+}
+
+// ~100,000 nested arrays used to overflow the worker's stack (the object is
+// copied and compared recursively after parsing); now the body is refused
+// before it is parsed, and a depth any config could have is judged as usual.
+TEST(ReviewAdmission, RefusesJsonNestedDeeperThanAnyClaimBeforeParsingIt) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  AdmissionReply reply = ReviewAdmission("application/json", ReviewWithParameters(deep), Gates());
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.message.find("JSON nested deeper than 512 levels"), std::string::npos) << reply.message;
+
+  const std::string fine = std::string(400, '[') + std::string(400, ']');
+  reply = ReviewAdmission("application/json", ReviewWithParameters(fine), Gates());
+  EXPECT_EQ(reply.http_status, 200);
+  EXPECT_EQ(reply.outcome, AdmissionOutcome::kDenied);
+  EXPECT_NE(reply.message.find("must be an object with apiVersion and kind"), std::string::npos) << reply.message;
+}
+
+// A denial does not echo a huge input back: long keys are cut, and only the
+// first ten problems are listed.
+TEST(ValidateDeviceConfigs, DenialsStaySmallWhateverTheInput) {
+  json configs = json::array();
+  const std::string long_key(1 << 20, 'k');
+  for (int i = 0; i < 10000; ++i) {
+    configs.push_back({{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", Params("GpuConfig", {{long_key, 1}})}}}});
+  }
+  common::Status status = ValidateDeviceConfigs(json{{"config", std::move(configs)}}, "spec.devices", Gates());
+  ASSERT_FALSE(status.ok());
+  EXPECT_LT(status.message().size(), 16u * 1024) << status.message().substr(0, 300);
+  EXPECT_NE(status.message().find("10000 configs failed to validate"), std::string::npos);
+  EXPECT_NE(status.message().find("and 9990 more"), std::string::npos);
+  EXPECT_NE(status.message().find("kkk...: unknown field"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nvdra::webhook

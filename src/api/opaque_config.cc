@@ -1,6 +1,7 @@
 #include "api/opaque_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <utility>
@@ -203,6 +204,32 @@ Status ValidateSharing(const json& object, std::string_view where,
       where));
 }
 
+// A Kubernetes UID in RFC 4122 text form (8-4-4-4-12 hex digits), as the API
+// server writes metadata.uid.
+bool IsKubernetesUid(std::string_view text) {
+  if (text.size() != 36) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? text[i] != '-' : !std::isxdigit(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
+// domainID names a ComputeDomain by UID; anything else (a name, a path)
+// would only make the plugin wait for a domain that cannot exist.
+Status ValidateDomainId(std::string_view domain_id, std::string_view where) {
+  if (domain_id.empty()) {
+    return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
+  }
+  if (!IsKubernetesUid(domain_id)) {
+    return common::InvalidArgumentError(fmt::format(
+        "{}.domainID: \"{}{}\" is not a UID; set it to the ComputeDomain's metadata.uid (kubectl get "
+        "computedomain <name> -o jsonpath='{{.metadata.uid}}')",
+        where, domain_id.substr(0, 64), domain_id.size() > 64 ? "..." : ""));
+  }
+  return common::OkStatus();
+}
+
 }  // namespace
 
 std::string_view ConfigKindName(ConfigKind kind) {
@@ -248,9 +275,7 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const 
       return common::UnimplementedError(
           fmt::format("{}: VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet", where));
     case ConfigKind::kComputeDomainChannelConfig: {
-      if (JsonString(object, "domainID").empty()) {
-        return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
-      }
+      RETURN_IF_ERROR(ValidateDomainId(JsonString(object, "domainID"), where));
       const std::string mode = JsonString(object, "allocationMode");
       if (!mode.empty() && mode != "Single" && mode != "All") {
         return common::InvalidArgumentError(
@@ -259,9 +284,7 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const 
       return common::OkStatus();
     }
     case ConfigKind::kComputeDomainDaemonConfig:
-      if (JsonString(object, "domainID").empty()) {
-        return common::InvalidArgumentError(fmt::format("{}.domainID: must be set to the ComputeDomain's UID", where));
-      }
+      RETURN_IF_ERROR(ValidateDomainId(JsonString(object, "domainID"), where));
       return common::OkStatus();
   }
   return common::OkStatus();

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "api/device_configs.h"
 #include "api/opaque_config.h"
 #include "common/crash_point.h"
 #include "common/json_depth.h"
@@ -167,6 +168,10 @@ Status ClaimPreparer::WithCheckpoint(const std::function<Status(const Checkpoint
 }
 
 StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, const ordered_json& status) const {
+  // Every config naming this driver, applied to a device or not, as the
+  // webhook judges them: the two never disagree (api/device_configs.h).
+  RETURN_IF_ERROR(api::ValidateDeviceConfigs(JsonMember(status, {"allocation", "devices"}), "allocation.devices",
+                                             options_.gates, options_.driver_name));
   ASSIGN_OR_RETURN(ClaimView view, ResolveClaimView(ref, status, options_.driver_name, backend_));
   for (const api::ConfiguredResults& group : view.groups) {
     RETURN_IF_ERROR(api::ValidateConfig(group.config, group.source, options_.gates));

@@ -26,62 +26,6 @@ constexpr std::string_view kAdmissionApiVersion = "admission.k8s.io/v1";
 constexpr std::string_view kResourceGroup = "resource.k8s.io";
 constexpr std::array<std::string_view, 3> kResourceVersions = {"v1", "v1beta2", "v1beta1"};
 
-// Which config kinds each of our drivers acts on; any other kind under that
-// driver is a config the plugin would never apply (or reject at Prepare).
-struct DriverKinds {
-  std::string_view driver;
-  std::vector<api::ConfigKind> kinds;
-  std::string_view other_driver;
-};
-
-const DriverKinds* KindsOf(std::string_view driver) {
-  static const std::array<DriverKinds, 2> table{
-      DriverKinds{kGpuDriverName,
-                  {api::ConfigKind::kGpuConfig, api::ConfigKind::kMigDeviceConfig, api::ConfigKind::kVfioDeviceConfig},
-                  kComputeDomainDriverName},
-      DriverKinds{kComputeDomainDriverName,
-                  {api::ConfigKind::kComputeDomainChannelConfig, api::ConfigKind::kComputeDomainDaemonConfig},
-                  kGpuDriverName},
-  };
-  for (const DriverKinds& entry : table) {
-    if (entry.driver == driver) return &entry;
-  }
-  return nullptr;
-}
-
-std::string KindList(const std::vector<api::ConfigKind>& kinds) {
-  std::string out;
-  for (api::ConfigKind kind : kinds) out += fmt::format("{}{}", out.empty() ? "" : ", ", api::ConfigKindName(kind));
-  return out;
-}
-
-// One config's problem, or nullopt when it is valid.
-std::optional<std::string> CheckOne(const DriverKinds& driver, const json& parameters, const std::string& where,
-                                    const common::FeatureGates& gates) {
-  StatusOr<api::OpaqueConfig> decoded = api::DecodeOpaqueConfig(parameters, where);
-  if (!decoded.ok()) return std::string(decoded.status().message());
-  bool fits = false;
-  for (api::ConfigKind kind : driver.kinds) fits = fits || kind == decoded->kind;
-  if (!fits) {
-    return fmt::format("{}.kind: {} is not a configuration of driver {} (its kinds: {}); set opaque.driver to {}",
-                       where, api::ConfigKindName(decoded->kind), driver.driver, KindList(driver.kinds),
-                       driver.other_driver);
-  }
-  if (Status valid = api::ValidateConfig(*decoded, where, gates); !valid.ok()) return std::string(valid.message());
-  return std::nullopt;
-}
-
-// devices.config, or an empty list; kInvalidArgument when the object is not
-// shaped like a claim spec (the API server would not have sent that).
-StatusOr<json> ConfigList(const json& devices, std::string_view where) {
-  if (devices.is_null()) return json::array();
-  if (!devices.is_object()) return common::InvalidArgumentError(fmt::format("{}: must be an object", where));
-  const json* config = JsonFind(devices, "config");
-  if (config == nullptr) return json::array();
-  if (!config->is_array()) return common::InvalidArgumentError(fmt::format("{}.config: must be a list", where));
-  return *config;
-}
-
 // The object's spec.devices (claim) or spec.spec.devices (template); null
 // when absent.
 json DevicesAt(const json& object, bool is_template) {
@@ -123,37 +67,6 @@ bool IsJsonContentType(std::string_view content_type) {
 }
 
 }  // namespace
-
-Status ValidateDeviceConfigs(const json& devices, std::string_view where, const common::FeatureGates& gates) {
-  StatusOr<json> configs = ConfigList(devices, where);
-  if (!configs.ok()) return configs.status();
-  std::vector<std::string> problems;
-  for (std::size_t i = 0; i < configs->size(); ++i) {
-    const json& entry = (*configs)[i];
-    const json* opaque = JsonFind(entry, "opaque");
-    if (opaque == nullptr) continue;
-    const DriverKinds* driver = KindsOf(JsonString(*opaque, "driver"));
-    if (driver == nullptr) continue;
-    const json* parameters = JsonFind(*opaque, "parameters");
-    const std::string path = fmt::format("{}.config[{}].opaque.parameters", where, i);
-    if (auto problem = CheckOne(*driver, parameters != nullptr ? *parameters : json(), path, gates)) {
-      problems.push_back(std::move(*problem));
-    }
-  }
-  if (problems.empty()) return common::OkStatus();
-  // Bounded: the message goes back to the client and into the API server's
-  // log, and a problem can quote the input (an unknown key).
-  constexpr std::size_t kListed = 10;
-  constexpr std::size_t kProblemChars = 1024;
-  std::string joined;
-  for (std::size_t i = 0; i < problems.size() && i < kListed; ++i) {
-    std::string_view problem = problems[i];
-    joined += fmt::format("{}{}{}", i == 0 ? "" : "; ", problem.substr(0, kProblemChars),
-                          problem.size() > kProblemChars ? "..." : "");
-  }
-  if (problems.size() > kListed) joined += fmt::format("; and {} more", problems.size() - kListed);
-  return common::InvalidArgumentError(fmt::format("{} configs failed to validate: {}", problems.size(), joined));
-}
 
 std::string_view AdmissionOutcomeName(AdmissionOutcome outcome) {
   switch (outcome) {
@@ -218,7 +131,7 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
   }
   const std::string where = is_template ? "spec.spec.devices" : "spec.devices";
   const json devices = DevicesAt(*object, is_template);
-  StatusOr<json> configs = ConfigList(devices, where);
+  StatusOr<json> configs = api::DeviceConfigList(devices, where);
   if (!configs.ok()) {
     return Respond(uid, AdmissionOutcome::kBadObject, plural,
                    fmt::format("cannot read the {}: {}", plural, configs.status().message()));
@@ -226,11 +139,11 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
   if (operation == "UPDATE") {
     const json* old_object = JsonFind(*request, "oldObject");
     if (old_object != nullptr) {
-      StatusOr<json> old_configs = ConfigList(DevicesAt(*old_object, is_template), where);
+      StatusOr<json> old_configs = api::DeviceConfigList(DevicesAt(*old_object, is_template), where);
       if (old_configs.ok() && *old_configs == *configs) return Respond(uid, AdmissionOutcome::kAllowed, plural, "");
     }
   }
-  if (Status valid = ValidateDeviceConfigs(devices, where, gates); !valid.ok()) {
+  if (Status valid = api::ValidateDeviceConfigs(devices, where, gates); !valid.ok()) {
     return Respond(uid, AdmissionOutcome::kDenied, plural, std::string(valid.message()));
   }
   return Respond(uid, AdmissionOutcome::kAllowed, plural, "");

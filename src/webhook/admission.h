@@ -4,12 +4,12 @@
 // (admission.k8s.io/v1) in, the answer out. Checks every opaque config of our
 // two drivers in ResourceClaims and ResourceClaimTemplates of
 // resource.k8s.io v1, v1beta2 and v1beta1 with the same strict decoding and
-// validation the kubelet plugins apply at Prepare (src/api/opaque_config.h),
+// validation the kubelet plugins apply at Prepare (api::ValidateDeviceConfigs,
+// src/api/device_configs.h),
 // so a config the webhook admits is one the plugins accept, and the user
 // learns about a bad one at `kubectl apply` instead of at pod start.
 //
-// Defines: kValidatePath, kGpuDriverName, kComputeDomainDriverName,
-// ValidateDeviceConfigs, AdmissionOutcome, AdmissionReply, ReviewAdmission.
+// Defines: kValidatePath, AdmissionOutcome, AdmissionReply, ReviewAdmission.
 //
 // Differences from upstream's cmd/webhook (which we otherwise answer like):
 // - configs of compute-domain.nvidia.com are checked too (upstream checks only
@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/device_configs.h"
 #include "common/feature_gates.h"
 #include "common/status.h"
 
@@ -32,20 +33,9 @@ namespace nvdra::webhook {
 
 // The path upstream's chart points the ValidatingWebhookConfiguration at.
 inline constexpr std::string_view kValidatePath = "/validate-resource-claim-parameters";
-inline constexpr std::string_view kGpuDriverName = "gpu.nvidia.com";
-inline constexpr std::string_view kComputeDomainDriverName = "compute-domain.nvidia.com";
-
-// Checks the opaque configs in `devices` (a claim spec's `devices`: the same
-// shape in v1, v1beta2 and v1beta1) whose driver is one of ours. `where` is
-// the path of `devices` in the object ("spec.devices" for a claim,
-// "spec.spec.devices" for a template). Returns kInvalidArgument with
-// upstream's message form, "N configs failed to validate: <problem>; ...",
-// where each problem starts with its field path
-// ("spec.devices.config[1].opaque.parameters.sharing.strategy: ...") and says
-// how to fix it. OK when every config of ours is valid or there is none;
-// entries of other drivers and non-opaque entries are not looked at.
-[[nodiscard]] common::Status ValidateDeviceConfigs(const nlohmann::json& devices, std::string_view where,
-                                                   const common::FeatureGates& gates);
+// Our drivers' names (api/device_configs.h), for the webhook configuration.
+using api::kComputeDomainDriverName;
+using api::kGpuDriverName;
 
 enum class AdmissionOutcome {
   kAllowed,     // response.allowed = true

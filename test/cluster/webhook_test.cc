@@ -259,7 +259,7 @@ TEST_F(WebhookClusterTest, AdmitsValidConfigsOfBothDriversAndLeavesOtherDriversA
   ExpectAdmitted(Template("valid-channel", "v1",
                           json::array({Opaque("compute-domain.nvidia.com",
                                               Params("ComputeDomainChannelConfig",
-                                                     {{"domainID", "0f9e8a1c"}, {"allocationMode", "Single"}}))})));
+                                                     {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}, {"allocationMode", "Single"}}))})));
   // Another driver's parameters are its business, however odd they look to us.
   ExpectAdmitted(Claim("other-driver", "v1",
                        json::array({Opaque("gpu.example.com", json{{"kind", "GpuConfig"}, {"sharing", 42}})})));
@@ -284,16 +284,18 @@ TEST_F(WebhookClusterTest, RejectsEachKindOfInvalidConfigNamingTheField) {
        "spec.devices.config[0].opaque.parameters.kind: unknown kind"},
       {"unknown-strategy", Opaque("gpu.nvidia.com", Params("GpuConfig", {{"sharing", {{"strategy", "Often"}}}})),
        "spec.devices.config[0].opaque.parameters.sharing.strategy: unknown strategy"},
-      {"unsupported-sharing", Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", {{"strategy",
-                                                                                                   "MPS"}}}})),
-       "spec.devices.config[0].opaque.parameters.sharing: the MPS sharing strategy is not supported"},
+      {"gated-sharing", Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", {{"strategy", "MPS"}}}})),
+       "spec.devices.config[0].opaque.parameters.sharing.strategy: MPS needs the feature gate MPSSupport"},
+      {"domain-id-not-a-uid",
+       Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig", {{"domainID", "../../etc"}})),
+       "spec.devices.config[0].opaque.parameters.domainID: \"../../etc\" is not a UID"},
       {"passthrough", Opaque("gpu.nvidia.com", Params("VfioDeviceConfig")),
        "spec.devices.config[0].opaque.parameters: VfioDeviceConfig (GPU passthrough) is not supported"},
       {"channel-without-domain", Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig")),
        "spec.devices.config[0].opaque.parameters.domainID: must be set"},
       {"channel-bad-mode",
        Opaque("compute-domain.nvidia.com",
-              Params("ComputeDomainChannelConfig", {{"domainID", "u"}, {"allocationMode", "Some"}})),
+              Params("ComputeDomainChannelConfig", {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}, {"allocationMode", "Some"}})),
        "spec.devices.config[0].opaque.parameters.allocationMode: \"Some\" is not one of Single, All"},
       {"kind-for-other-driver", Opaque("compute-domain.nvidia.com", Params("GpuConfig")),
        "spec.devices.config[0].opaque.parameters.kind: GpuConfig is not a configuration of driver "

@@ -21,7 +21,7 @@ TEST(DecodeOpaqueConfig, AcceptsKnownKindsAndFields) {
   EXPECT_EQ(config->kind, ConfigKind::kGpuConfig);
   EXPECT_TRUE(DecodeOpaqueConfig(json{{"apiVersion", "resource.nvidia.com/v1beta1"},
                                       {"kind", "ComputeDomainChannelConfig"},
-                                      {"domainID", "u"},
+                                      {"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"},
                                       {"allocationMode", "All"}},
                                  "where")
                   .ok());

@@ -335,6 +335,25 @@ TEST_F(ClaimPreparerTest, RefusedConfigFailsWithoutTouchingTheCheckpoint) {
   EXPECT_TRUE(OnDisk().claims.empty());
 }
 
+// A config of this driver that applies to no device is judged all the same,
+// as the webhook judges it: another driver's kind is refused, not ignored.
+TEST_F(ClaimPreparerTest, ConfigsThatMatchNoDeviceAreJudgedAsTheWebhookJudgesThem) {
+  auto preparer = NewPreparer();
+  ordered_json configs = ordered_json::array(
+      {{{"source", "FromClaim"},
+        {"opaque",
+         {{"driver", kDriver},
+          {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"},
+                          {"kind", "ComputeDomainChannelConfig"},
+                          {"domainID", "d"}}}}}}});
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"}, configs);
+  const PrepareResult result = Prepare(*preparer, claim);
+  EXPECT_THAT(result.error, HasSubstr("claim config[0].opaque.parameters.kind: ComputeDomainChannelConfig is not a "
+                                      "configuration of driver gpu.nvidia.com"));
+  EXPECT_EQ(backend_.prepare_calls, 0);
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
 TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuccessesOnly) {
   common::MetricsRegistry registry;
   PluginMetrics metrics(registry, kDriver, "node-a", {"gpu", "mig"});

@@ -11,6 +11,7 @@ namespace nvdra::webhook {
 namespace {
 
 using nlohmann::json;
+using api::ValidateDeviceConfigs;
 
 // The default gates: every sharing strategy off.
 common::FeatureGates Gates() { return common::FeatureGates::Defaults(); }
@@ -95,8 +96,8 @@ TEST_P(EveryResource, AdmitsValidConfigsOfBothDrivers) {
       {Opaque("gpu.nvidia.com", Params("GpuConfig"), json::array({"gpu"})),
        Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", nullptr}})),
        Opaque("compute-domain.nvidia.com",
-              Params("ComputeDomainChannelConfig", {{"domainID", "4f0c"}, {"allocationMode", "All"}})),
-       Opaque("compute-domain.nvidia.com", Params("ComputeDomainDaemonConfig", {{"domainID", "4f0c"}}))}));
+              Params("ComputeDomainChannelConfig", {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}, {"allocationMode", "All"}})),
+       Opaque("compute-domain.nvidia.com", Params("ComputeDomainDaemonConfig", {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}}))}));
   EXPECT_EQ(answer.reply.outcome, AdmissionOutcome::kAllowed) << answer.reply.body;
   EXPECT_EQ(answer.response["allowed"], true);
   EXPECT_FALSE(answer.response.contains("status"));
@@ -173,14 +174,16 @@ const InvalidCase kInvalidCases[] = {
      ".domainID: must be set to the ComputeDomain's UID"},
     {"ChannelBadAllocationMode",
      Opaque("compute-domain.nvidia.com",
-            Params("ComputeDomainChannelConfig", {{"domainID", "u"}, {"allocationMode", "Many"}})),
+            Params("ComputeDomainChannelConfig", {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}, {"allocationMode", "Many"}})),
      ".allocationMode: \"Many\" is not one of Single, All"},
     {"DaemonWithoutDomain", Opaque("compute-domain.nvidia.com", Params("ComputeDomainDaemonConfig")),
      ".domainID: must be set to the ComputeDomain's UID"},
     {"GpuKindForComputeDomainDriver", Opaque("compute-domain.nvidia.com", Params("GpuConfig")),
      ".kind: GpuConfig is not a configuration of driver compute-domain.nvidia.com (its kinds: "
      "ComputeDomainChannelConfig, ComputeDomainDaemonConfig); set opaque.driver to gpu.nvidia.com"},
-    {"ChannelKindForGpuDriver", Opaque("gpu.nvidia.com", Params("ComputeDomainChannelConfig", {{"domainID", "u"}})),
+    {"DomainIdNotAUid", Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig", {{"domainID", "../../etc"}})),
+     ".domainID: \"../../etc\" is not a UID; set it to the ComputeDomain's metadata.uid"},
+    {"ChannelKindForGpuDriver", Opaque("gpu.nvidia.com", Params("ComputeDomainChannelConfig", {{"domainID", "1f0c2a4e-3b5d-4c6e-8f70-9a1b2c3d4e5f"}})),
      ".kind: ComputeDomainChannelConfig is not a configuration of driver gpu.nvidia.com"},
     {"MissingParameters", json{{"opaque", {{"driver", "gpu.nvidia.com"}}}},
      ": must be an object with apiVersion and kind, not null"},

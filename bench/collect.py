@@ -6,6 +6,7 @@ Inputs (in the raw directory given as argv[1]):
   control_plane_start.txt    one start-up time in seconds per line
   informer.json              bench/informer/run: our informer and client-go's
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
+  gpu_sharing_time_sliced.json  plugin-prepare-bench with a time-sliced claim (gpu_sharing.*)
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
                              entry, Ready entry to the waiting channel claim prepared (JSON lines)
@@ -84,6 +85,16 @@ def informer(path, results):
             # Our informer is not built yet: client-go's figure alone, named as such.
             results.append({"name": name + "_client_go", "value": round(peer[event][key], 4),
                             "unit": unit, "better": "lower"})
+
+
+def gpu_sharing_time_sliced(path, results):
+    """Prepare/unprepare latency of a time-sliced GPU over the plugin's socket."""
+    with open(path) as f:
+        data = json.load(f)
+    for call in ("prepare", "unprepare"):
+        for p in ("p50", "p99"):
+            results.append({"name": f"gpu_sharing.time_sliced_{call}_{p}_ms", "value": data[call][f"{p}_ms"],
+                            "unit": "ms", "better": "lower"})
 
 
 def gpu_plugin_direct(path, results):
@@ -171,6 +182,7 @@ def main():
     if os.path.exists(os.path.join(raw, "informer.json")):
         informer(os.path.join(raw, "informer.json"), results)
     for entry, collect in (("gpu_plugin_direct.json", gpu_plugin_direct),
+                           ("gpu_sharing_time_sliced.json", gpu_sharing_time_sliced),
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)

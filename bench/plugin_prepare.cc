@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -172,6 +173,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> plugin_args;
   bool keep = false;
   std::string smaps_dir;
+  std::string claim_config;
   app.add_option("--cycles", cycles, "prepare + unprepare pairs to time")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "100 cycles (a smoke run)");
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
@@ -179,6 +181,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_out, "write the figures there as JSON");
   app.add_option("--plugin-arg", plugin_args,
                  "an extra plugin argument (repeatable), e.g. --plugin-arg=--kube-api-qps=50");
+  app.add_option("--claim-config", claim_config,
+                 "the claim's opaque gpu.nvidia.com config parameters as JSON (for example a time-sliced "
+                 "GpuConfig; the plugin then needs the gate, --plugin-arg=--feature-gates=...)");
   app.add_flag("--keep", keep, "keep the node folder (plugin.log, checkpoint, CDI specs)");
   app.add_option("--smaps-dir", smaps_dir,
                  "copy the plugin's /proc/<pid>/smaps there as idle.smaps and end.smaps (per-mapping breakdown; "
@@ -241,8 +246,13 @@ int main(int argc, char** argv) {
   };
   sample("idle", 0);
 
-  auto claim =
-      nvdra::testing::CreateAllocatedClaim(*cluster.client, kNamespace, kNodeName, kDriver, "one-gpu", "gpu-0");
+  std::optional<json> config;
+  if (!claim_config.empty()) {
+    config = json::parse(claim_config, nullptr, /*allow_exceptions=*/false);
+    if (config->is_discarded()) return fail("--claim-config: not valid JSON");
+  }
+  auto claim = nvdra::testing::CreateAllocatedClaim(*cluster.client, kNamespace, kNodeName, kDriver, "one-gpu",
+                                                    "gpu-0", config);
   if (!claim.ok()) return fail("claim: " + claim.status().ToString());
 
   Bench bench(channel);
@@ -282,6 +292,7 @@ int main(int argc, char** argv) {
   json out = {{"cycles", cycles},
               {"verbosity", verbosity},
               {"plugin_args", plugin_args},
+              {"claim_config", config ? *config : json()},
               {"startup_ms", static_cast<long long>(startup_ms)},
               {"first_prepare_ms", first_prepare},
               {"first_unprepare_ms", first_unprepare},

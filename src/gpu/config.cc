@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "gpu/published_devices.h"
+
 namespace nvdra::gpu {
 namespace {
 
@@ -13,12 +15,6 @@ using common::InvalidArgumentError;
 using common::OkStatus;
 using common::Status;
 using common::WithEnv;
-
-bool ParsePositiveInt(std::string_view text) {
-  std::uint64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return error == std::errc() && end == text.data() + text.size() && value > 0;
-}
 
 bool ParseUnsigned(std::string_view text) {
   std::uint32_t value = 0;
@@ -57,14 +53,9 @@ Status PluginConfig::Validate(const common::FeatureGates& gates) const {
     }
     xids = comma == std::string_view::npos ? std::string_view() : xids.substr(comma + 1);
   }
+  ASSIGN_OR_RETURN(const ConsumableShares parsed, ConsumableShares::Parse(consumable_shares));
   const std::string_view shares = consumable_shares;
-  if (shares != "disabled" && shares != "memory" && shares != "unlimited" &&
-      !ParsePositiveInt(shares)) {
-    return InvalidArgumentError(fmt::format(
-        "--consumable-shares: \"{}\" is not disabled, memory, unlimited or a positive integer",
-        shares));
-  }
-  if (shares != "disabled" && !gates.Enabled(common::kConsumableShares)) {
+  if (parsed.enabled() && !gates.Enabled(common::kConsumableShares)) {
     return InvalidArgumentError(fmt::format(
         "--consumable-shares={} needs feature gate ConsumableShares: set "
         "--feature-gates=ConsumableShares=true or --consumable-shares=disabled",

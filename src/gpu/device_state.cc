@@ -24,7 +24,7 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
                  .pool_name = allocated.pool,
                  .device_name = allocated.device,
                  .cdi_device_ids = {cdi_id}},
-      .share_id = std::nullopt,
+      .share_id = allocated.share_id,
       .metadata = nullptr,
   };
   kubeletplugin::PreparedDeviceKind recorded = std::visit(
@@ -47,8 +47,9 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
 
 }  // namespace
 
-GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy)
-    : inventory_(std::move(inventory)), cdi_(cdi), compute_policy_(compute_policy) {
+GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
+                               bool shares_devices)
+    : inventory_(std::move(inventory)), cdi_(cdi), compute_policy_(compute_policy), shares_devices_(shares_devices) {
   for (const GpuInfo& gpu : inventory_.gpus) {
     if (!gpu.mig_enabled) {
       devices_.emplace(GpuDeviceName(gpu.minor), FullGpuDevice{gpu});
@@ -92,8 +93,8 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
     // Exclusive use applies nothing: the config state stays empty.
     const std::optional<api::Sharing> sharing = api::SharingOf(configured.config);
     if (const auto* time_slicing = sharing ? std::get_if<api::TimeSlicing>(&*sharing) : nullptr) {
-      const std::vector<std::string> gpus = TimeSlicedGpus(configured);
-      for (const std::string& uuid : gpus) {
+      const std::map<std::string, std::string> gpus = TimeSlicedGpus(configured);
+      for (const auto& [name, uuid] : gpus) {
         RETURN_IF_ERROR(compute_policy_.SetComputeMode(uuid, ComputeMode::kDefault));
         common::CrashPoint("prepare-after-compute-mode");
         RETURN_IF_ERROR(compute_policy_.SetTimeSlice(uuid, time_slicing->interval));
@@ -110,36 +111,39 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
   return groups;
 }
 
-std::vector<std::string> GpuDeviceState::TimeSlicedGpus(const api::ConfiguredResults& group) const {
-  std::vector<std::string> uuids;
+std::map<std::string, std::string> GpuDeviceState::TimeSlicedGpus(const api::ConfiguredResults& group) const {
+  std::map<std::string, std::string> uuids;
   const std::optional<api::Sharing> sharing = api::SharingOf(group.config);
   if (!sharing || !std::holds_alternative<api::TimeSlicing>(*sharing)) return uuids;
   for (const api::AllocatedDevice& allocated : group.results) {
     auto it = devices_.find(allocated.device);
     if (it == devices_.end()) continue;
-    if (const auto* gpu = std::get_if<FullGpuDevice>(&it->second)) uuids.push_back(gpu->gpu.uuid);
+    if (const auto* gpu = std::get_if<FullGpuDevice>(&it->second)) uuids.emplace(allocated.device, gpu->gpu.uuid);
   }
   return uuids;
 }
 
 Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim) {
-  // The GPUs whose time slice this claim changed, or may have changed.
-  std::vector<std::string> time_sliced;
+  // The GPUs whose time slice this claim changed, or may have changed, by
+  // device name.
+  std::map<std::string, std::string> time_sliced;
   for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
     const auto* state = std::get_if<kubeletplugin::GpuConfigState>(&group.config_state);
     if (state == nullptr || state->time_slice_applied != true) continue;
     for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) {
-      if (const auto* gpu = std::get_if<kubeletplugin::PreparedGpu>(&entry.kind)) time_sliced.push_back(gpu->uuid);
+      if (const auto* gpu = std::get_if<kubeletplugin::PreparedGpu>(&entry.kind)) {
+        time_sliced.emplace(entry.device.device.device_name, gpu->uuid);
+      }
     }
   }
   if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
-    for (const api::ConfiguredResults& group : claim.view->groups) {
-      for (std::string& uuid : TimeSlicedGpus(group)) time_sliced.push_back(std::move(uuid));
-    }
+    for (const api::ConfiguredResults& group : claim.view->groups) time_sliced.merge(TimeSlicedGpus(group));
   }
-  // Exclusive allocation: no other prepared claim holds these GPUs, so the
-  // interval goes back to the driver's default.
-  for (const std::string& uuid : time_sliced) {
+  // The interval goes back to the default unless another prepared claim
+  // still holds the GPU (shared under consumable shares, with the same
+  // config: its interval stays).
+  for (const auto& [name, uuid] : time_sliced) {
+    if (claim.held_by_other_claims.contains(name)) continue;
     RETURN_IF_ERROR(compute_policy_.SetTimeSlice(uuid, api::TimeSliceInterval::kDefault));
   }
   return cdi_.RemoveClaimSpec(claim.ref.uid);

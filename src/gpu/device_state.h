@@ -38,25 +38,31 @@ inline constexpr std::string_view kDriverName = "gpu.nvidia.com";
 
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
  public:
-  GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy);
+  // `shares_devices`: --consumable-shares is on, so claims with equal
+  // configs may share a device (upstream's rule).
+  GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
+                 bool shares_devices = false);
 
   std::vector<api::ConfigKind> DefaultConfigKinds() const override;
   common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
   common::StatusOr<std::vector<kubeletplugin::PreparedDeviceGroup>> PrepareDevices(
       const kubeletplugin::ClaimView& claim) override;
   common::Status UnprepareDevices(const kubeletplugin::RecordedClaim& claim) override;
+  bool SharesDevicesWithEqualConfigs() const override { return shares_devices_; }
 
   // Devices this node can prepare, by name ("gpu-0", "gpu-0-mig-1g10gb-19-0").
   const std::map<std::string, NodeDeviceKind>& devices() const { return devices_; }
   const NodeInventory& inventory() const { return inventory_; }
 
  private:
-  // The full GPUs of `group` that its config asks to time-slice.
-  std::vector<std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
+  // The full GPUs of `group` that its config asks to time-slice, by device
+  // name -> UUID.
+  std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
 
   NodeInventory inventory_;
   const GpuCdi& cdi_;
   ComputePolicy& compute_policy_;
+  const bool shares_devices_;
   std::map<std::string, NodeDeviceKind> devices_;  // refers into inventory_
 };
 

@@ -87,6 +87,8 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   ASSIGN_OR_RETURN(NodeInventory inventory, DiscoverDevices(*parts->nvml, discovery));
   PublishOptions publish;
   publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
+  // Validated with the flags (and refused without the ConsumableShares gate).
+  ASSIGN_OR_RETURN(publish.consumable_shares, ConsumableShares::Parse(config.consumable_shares));
   ASSIGN_OR_RETURN(PublishedResources published, BuildPublishedResources(inventory, publish));
   LOG_INFO(0, "discovered devices",
            {{"gpus", inventory.gpus.size()}, {"devices", published.devices.size()},
@@ -113,7 +115,8 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   } else {
     parts->compute_policy = std::make_unique<MissingComputePolicy>(nvidia_smi.status());
   }
-  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi, *parts->compute_policy);
+  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi, *parts->compute_policy,
+                                                         publish.consumable_shares.enabled());
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();

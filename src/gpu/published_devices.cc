@@ -205,6 +205,53 @@ StatusOr<std::string> NormalizeVersion(const std::string& text) {
   return fmt::format("{}.{}.{}{}", numbers[0], numbers[1], numbers[2], suffix);
 }
 
+StatusOr<ConsumableShares> ConsumableShares::Parse(std::string_view text) {
+  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  if (text.empty() || text == "disabled") return ConsumableShares{};
+  if (text == "memory") return ConsumableShares{.mode = Mode::kMemory, .shares = 0};
+  if (text == "unlimited") return ConsumableShares{.mode = Mode::kUnlimited, .shares = 0};
+  std::int64_t shares = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), shares);
+  if (ec != std::errc() || end != text.data() + text.size() || shares <= 0) {
+    return common::InvalidArgumentError(fmt::format(
+        "--consumable-shares: \"{}\" is not disabled, memory, unlimited or a positive integer", text));
+  }
+  return ConsumableShares{.mode = Mode::kShares, .shares = shares};
+}
+
+namespace {
+
+// Upstream's applyConsumableShares: the device may serve several claims,
+// its memory (rounded down to whole MiB) is consumable, and in integer mode
+// so is a count of shares.
+void ApplyConsumableShares(const ConsumableShares& shares, PublishedDevice& device) {
+  if (!shares.enabled()) return;
+  device.allow_multiple_allocations = true;
+  auto memory = device.capacity.find("memory");
+  if (memory == device.capacity.end()) return;
+  constexpr std::int64_t kStep = kMiB;
+  memory->second = memory->second / kStep * kStep;
+  const std::int64_t max = memory->second;
+  switch (shares.mode) {
+    case ConsumableShares::Mode::kMemory:
+      device.request_policies["memory"] = {.default_value = max, .min = kStep, .max = max, .step = kStep};
+      break;
+    case ConsumableShares::Mode::kUnlimited:
+    case ConsumableShares::Mode::kShares:
+      device.request_policies["memory"] = {.default_value = 0, .min = 0, .max = max, .step = kStep};
+      break;
+    case ConsumableShares::Mode::kDisabled:
+      break;
+  }
+  if (shares.mode == ConsumableShares::Mode::kShares) {
+    device.capacity["shares"] = shares.shares;
+    device.request_policies["shares"] = {.default_value = 1, .min = 1, .max = shares.shares, .step = 1};
+  }
+}
+
+}  // namespace
+
 StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& inventory,
                                                      const PublishOptions& options) {
   NodeVersions node;
@@ -220,6 +267,7 @@ StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& invent
     }
     if (!gpu.mig_enabled) {
       out.devices.push_back(FullGpu(gpu, node, versions, options));
+      ApplyConsumableShares(options.consumable_shares, out.devices.back());
       continue;
     }
     std::vector<PublishedDevice> migs;
@@ -230,6 +278,7 @@ StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& invent
       for (std::uint32_t i = mig.placement.start; i < mig.placement.start + mig.placement.size; ++i) {
         device.capacity[fmt::format("memorySlice{}", i)] = 1;
       }
+      ApplyConsumableShares(options.consumable_shares, device);
       migs.push_back(std::move(device));
     }
     SortByName(migs);
@@ -265,9 +314,17 @@ nlohmann::json DeviceToJson(const PublishedDevice& device) {
     nlohmann::json capacity = nlohmann::json::object();
     for (const auto& [name, value] : device.capacity) {
       capacity[name] = {{"value", k8s::FormatBinarySI(value)}};
+      if (auto policy = device.request_policies.find(name); policy != device.request_policies.end()) {
+        capacity[name]["requestPolicy"] = {{"default", k8s::FormatBinarySI(policy->second.default_value)},
+                                           {"validRange",
+                                            {{"min", k8s::FormatBinarySI(policy->second.min)},
+                                             {"max", k8s::FormatBinarySI(policy->second.max)},
+                                             {"step", k8s::FormatBinarySI(policy->second.step)}}}};
+      }
     }
     out["capacity"] = std::move(capacity);
   }
+  if (device.allow_multiple_allocations) out["allowMultipleAllocations"] = true;
   if (!device.consumes_counters.empty()) {
     nlohmann::json consumes = nlohmann::json::array();
     for (const auto& c : device.consumes_counters) {

@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -45,12 +46,41 @@ struct CounterConsumption {
   std::map<std::string, std::int64_t> counters;
 };
 
+// A consumable capacity's request policy (resource.k8s.io/v1
+// CapacityRequestPolicy): what a request gets by default and what it may ask.
+struct CapacityRequestPolicy {
+  std::int64_t default_value = 0;
+  std::int64_t min = 0;
+  std::int64_t max = 0;
+  std::int64_t step = 1;
+  friend bool operator==(const CapacityRequestPolicy&, const CapacityRequestPolicy&) = default;
+};
+
+// --consumable-shares (gate ConsumableShares), as upstream: how several
+// claims share one GPU through the scheduler's consumable capacity.
+//  memory     each claim takes `memory` (default: all of it), 1Mi steps;
+//  unlimited  each claim takes `memory` (default: none), 1Mi steps;
+//  N > 0      as unlimited, plus a `shares` capacity of N (default 1).
+struct ConsumableShares {
+  enum class Mode { kDisabled, kMemory, kUnlimited, kShares };
+  Mode mode = Mode::kDisabled;
+  std::int64_t shares = 0;  // kShares only
+
+  // "disabled", "memory", "unlimited" or a positive integer (spaces around
+  // are ignored, as upstream); kInvalidArgument otherwise.
+  static common::StatusOr<ConsumableShares> Parse(std::string_view text);
+  bool enabled() const { return mode != Mode::kDisabled; }
+};
+
 struct PublishedDevice {
   std::string name;
   // Unqualified names are in the driver's domain (gpu.nvidia.com);
   // Kubernetes' standard ones carry their "resource.kubernetes.io/" prefix.
   std::map<std::string, AttributeValue> attributes;
   std::map<std::string, std::int64_t> capacity;  // published as BinarySI quantities
+  // Consumable capacity (--consumable-shares): per capacity name.
+  std::map<std::string, CapacityRequestPolicy> request_policies;
+  bool allow_multiple_allocations = false;
   std::vector<CounterConsumption> consumes_counters;
 };
 
@@ -68,6 +98,7 @@ struct PublishOptions {
   bool dynamic_mig = false;                  // gate DynamicMIG
   bool fabric_manager_partitioning = false;  // gate FabricManagerPartitioning: gpuModuleID
   bool list_type_attributes = false;         // gate DRAListTypeAttributes: numaNode as a list
+  ConsumableShares consumable_shares{};      // full GPUs and static MIG devices
 };
 
 // kInvalidArgument when a version reported by NVML cannot be made a semantic

@@ -16,6 +16,7 @@
 // ClaimDeviceBackend.
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +48,9 @@ struct RecordedClaim {
   // resolve (the claim failed at that step and prepared nothing) or when the
   // entry has no allocation.
   common::StatusOr<ClaimView> view;
+  // Devices (by name) that other claims of the checkpoint still hold: a
+  // shared device's state (a time slice) stays while another claim uses it.
+  std::set<std::string> held_by_other_claims{};
 };
 
 // Called by the ClaimPreparer with pu.lock held, one call at a time, except
@@ -81,6 +85,12 @@ class ClaimDeviceBackend {
   // same work may keep it, e.g. the CD plugin, whose rollback would remove the
   // node label its DaemonSet pod depends on.
   virtual common::Status RollBackLeftover(const RecordedClaim& claim) { return UnprepareDevices(claim); }
+
+  // Whether a device that a completed claim holds may serve another claim
+  // too, when both claims' configs for it are equal (upstream's rule for
+  // consumable shares). The default, and without consumable capacity: no,
+  // one claim per device.
+  virtual bool SharesDevicesWithEqualConfigs() const { return false; }
 
   // Called with no lock held after PrepareDevices failed with kUnavailable
   // (`failure`). Blocks until what the claim waits for is there (return true:

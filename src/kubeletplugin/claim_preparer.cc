@@ -179,13 +179,66 @@ StatusOr<ClaimView> ClaimPreparer::ResolveValidatedView(const ClaimRef& ref, con
   return view;
 }
 
-RecordedClaim ClaimPreparer::Recorded(const std::string& uid, const CheckpointedClaim& entry) const {
+namespace {
+
+// The config `view` applies to `device`, or nullptr.
+const api::OpaqueConfig* ConfigOfDevice(const ClaimView& view, const std::string& device) {
+  for (const api::ConfiguredResults& group : view.groups) {
+    for (const api::AllocatedDevice& allocated : group.results) {
+      if (allocated.device == device) return &group.config;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Status ClaimPreparer::CheckNoOverlap(const ClaimView& view, const Checkpoint& checkpoint) const {
+  // A device serves one completed claim at a time (admin access may look at
+  // a device in use), unless the backend shares devices (consumable
+  // capacity) and both claims configure it alike.
+  std::set<std::string> wanted;
+  for (const api::ConfiguredResults& group : view.groups) {
+    for (const api::AllocatedDevice& device : group.results) {
+      if (!device.admin_access) wanted.insert(device.device);
+    }
+  }
+  for (const auto& [other_uid, entry] : checkpoint.claims) {
+    if (other_uid == view.ref.uid || entry.state != ClaimCheckpointState::kPrepareCompleted) continue;
+    for (const PreparedDevice& device : KubeletDevices(entry.prepared_devices)) {
+      if (!wanted.contains(device.device_name)) continue;
+      const std::string holder = fmt::format("claim {}/{} ({})", entry.ns, entry.name, other_uid);
+      if (!backend_.SharesDevicesWithEqualConfigs()) {
+        return common::FailedPreconditionError(fmt::format(
+            "device {} is already prepared for {}; unprepare that claim first", device.device_name, holder));
+      }
+      const RecordedClaim other = Recorded(other_uid, entry, checkpoint);
+      const api::OpaqueConfig* mine = ConfigOfDevice(view, device.device_name);
+      const api::OpaqueConfig* theirs = other.view.ok() ? ConfigOfDevice(*other.view, device.device_name) : nullptr;
+      if (mine == nullptr || theirs == nullptr || mine->kind != theirs->kind || mine->object != theirs->object) {
+        return common::FailedPreconditionError(fmt::format(
+            "device {} is shared with {}, whose config for it differs: claims that share a device must "
+            "configure it alike (the same sharing settings)",
+            device.device_name, holder));
+      }
+    }
+  }
+  return common::OkStatus();
+}
+
+RecordedClaim ClaimPreparer::Recorded(const std::string& uid, const CheckpointedClaim& entry,
+                                      const Checkpoint& checkpoint) const {
   const ClaimRef ref{.uid = uid, .name = entry.name, .ns = entry.ns};
   StatusOr<ClaimView> view = common::FailedPreconditionError("the entry records no allocation");
   if (JsonMember(entry.status, "allocation").is_object()) {
     view = ResolveClaimView(ref, entry.status, options_.driver_name, backend_);
   }
-  return RecordedClaim{.ref = ref, .entry = entry, .view = std::move(view)};
+  std::set<std::string> held;
+  for (const auto& [other_uid, other] : checkpoint.claims) {
+    if (other_uid == uid || other.state != ClaimCheckpointState::kPrepareCompleted) continue;
+    for (const PreparedDevice& device : KubeletDevices(other.prepared_devices)) held.insert(device.device_name);
+  }
+  return RecordedClaim{.ref = ref, .entry = entry, .view = std::move(view), .held_by_other_claims = std::move(held)};
 }
 
 std::map<std::string, PrepareResult> ClaimPreparer::PrepareResourceClaims(const std::vector<ClaimRef>& claims) {
@@ -284,24 +337,7 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimVi
     }
   }
 
-  // Overlap guard: a device may serve one completed claim at a time (admin
-  // access may look at a device in use).
-  std::set<std::string> wanted;
-  for (const api::ConfiguredResults& group : view.groups) {
-    for (const api::AllocatedDevice& device : group.results) {
-      if (!device.admin_access) wanted.insert(device.device);
-    }
-  }
-  for (const auto& [other_uid, entry] : checkpoint.claims) {
-    if (other_uid == ref.uid || entry.state != ClaimCheckpointState::kPrepareCompleted) continue;
-    for (const PreparedDevice& device : KubeletDevices(entry.prepared_devices)) {
-      if (wanted.contains(device.device_name)) {
-        return common::FailedPreconditionError(fmt::format(
-            "device {} is already prepared for claim {}/{} ({}); unprepare that claim first",
-            device.device_name, entry.ns, entry.name, other_uid));
-      }
-    }
-  }
+  RETURN_IF_ERROR(CheckNoOverlap(view, checkpoint));
 
   // A PrepareStarted leftover (crash or failed attempt): the backend undoes
   // it first (or keeps it, when redoing is safe), so a half-made preparation
@@ -309,7 +345,7 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimVi
   if (auto it = checkpoint.claims.find(ref.uid);
       it != checkpoint.claims.end() && it->second.state == ClaimCheckpointState::kPrepareStarted) {
     LOG_INFO(2, "found an earlier partial preparation", {{"claim", ClaimString(ref)}});
-    RETURN_IF_ERROR(backend_.RollBackLeftover(Recorded(ref.uid, it->second)));
+    RETURN_IF_ERROR(backend_.RollBackLeftover(Recorded(ref.uid, it->second, checkpoint)));
   }
 
   CheckpointedClaim started;
@@ -349,7 +385,7 @@ Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record
   auto it = checkpoint.claims.find(uid);
   if (it == checkpoint.claims.end()) return common::OkStatus();  // never prepared here, or already undone
   if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
-  RETURN_IF_ERROR(backend_.UnprepareDevices(Recorded(uid, it->second)));
+  RETURN_IF_ERROR(backend_.UnprepareDevices(Recorded(uid, it->second, checkpoint)));
   common::CrashPoint("unprepare-after-devices");
   if (options_.record_aborted && it->second.state == ClaimCheckpointState::kPrepareStarted) {
     it->second.state = ClaimCheckpointState::kPrepareAborted;

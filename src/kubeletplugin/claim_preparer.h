@@ -164,8 +164,12 @@ class ClaimPreparer final : public DraDriver {
   common::Status StoreCheckpoint(const Checkpoint& checkpoint) const;
   // The claim's allocation resolved to its configs, each validated.
   common::StatusOr<ClaimView> ResolveValidatedView(const ClaimRef& ref, const nlohmann::ordered_json& status) const;
-  // The entry with its allocation resolved again, for the backend.
-  RecordedClaim Recorded(const std::string& uid, const CheckpointedClaim& entry) const;
+  // The entry with its allocation resolved again, and the devices the
+  // checkpoint's other completed claims hold, for the backend.
+  RecordedClaim Recorded(const std::string& uid, const CheckpointedClaim& entry, const Checkpoint& checkpoint) const;
+  // The overlap guard of Prepare: kFailedPrecondition naming the device and
+  // the claim that holds it.
+  common::Status CheckNoOverlap(const ClaimView& view, const Checkpoint& checkpoint) const;
 
   std::filesystem::path CheckpointPath() const { return options_.plugin_dir / "checkpoint.json"; }
   std::filesystem::path LockPath() const { return options_.plugin_dir / "pu.lock"; }

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct PreparedDevice {
   std::string device_name;
   // Fully qualified CDI device IDs ("vendor/class=name"); may be empty.
   std::vector<std::string> cdi_device_ids;
+  // The allocation's share of a device that serves several claims
+  // (consumable capacity); DRAPlugin v1 passes it on, v1beta1 has no field.
+  std::optional<std::string> share_id{};
 
   friend bool operator==(const PreparedDevice&, const PreparedDevice&) = default;
 };

@@ -292,7 +292,10 @@ std::string_view PreparedDeviceKindName(const PreparedDeviceKind& kind) {
 std::vector<PreparedDevice> KubeletDevices(const std::vector<PreparedDeviceGroup>& groups) {
   std::vector<PreparedDevice> out;
   for (const PreparedDeviceGroup& group : groups) {
-    for (const PreparedDeviceEntry& entry : group.devices) out.push_back(entry.device.device);
+    for (const PreparedDeviceEntry& entry : group.devices) {
+      out.push_back(entry.device.device);
+      out.back().share_id = entry.device.share_id;
+    }
   }
   return out;
 }

@@ -116,6 +116,9 @@ grpc::Status Prepare(DraDriver& driver, const Request& request, Response* respon
           d->set_pool_name(device.pool_name);
           d->set_device_name(device.device_name);
           for (const auto& id : device.cdi_device_ids) d->add_cdi_device_ids(id);
+          if constexpr (requires { d->set_share_id(std::string()); }) {
+            if (device.share_id) d->set_share_id(*device.share_id);
+          }
         }
       });
 }

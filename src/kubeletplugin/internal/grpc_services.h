@@ -70,7 +70,7 @@ class RegistrationService final : public registration::Registration::Service {
 
 // --- DRAPlugin -------------------------------------------------------------------
 // One adapter per version, from one template: the messages have the same
-// shape (v1 adds Device.share_id, which DraDriver does not produce yet).
+// shape (v1 adds Device.share_id, set from PreparedDevice::share_id).
 // `Service` is a version's generated DRAPlugin::Service; the request and
 // response types are read off its methods' signatures.
 

@@ -210,6 +210,13 @@ TEST_F(GpuDeviceStateTest, APrepareStartedLeftoverResetsWhatItsAllocationAskedTo
   ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = started, .view = view}).ok());
   EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 timeslice Default"});
 
+  // A GPU another claim still holds (consumable shares) keeps its interval.
+  policy_.calls.clear();
+  ASSERT_TRUE(
+      state_->UnprepareDevices({.ref = view.ref, .entry = started, .view = view, .held_by_other_claims = {"gpu-0"}})
+          .ok());
+  EXPECT_TRUE(policy_.calls.empty());
+
   // An exclusive claim's entry changes nothing.
   policy_.calls.clear();
   const kubeletplugin::ClaimView exclusive{.ref = view.ref, .groups = {Group(api::ConfigKind::kGpuConfig, "gpu-0")}};

@@ -343,6 +343,44 @@ TEST(DiscoveryOptions, ListTypeNumaAndModuleIdGates) {
   EXPECT_EQ(gpu["attributes"]["gpuModuleID"], json::parse(R"({"int": 5})"));
 }
 
+// --consumable-shares as upstream: several claims may hold a device, whose
+// memory (in whole MiB) is consumable; integer mode adds a count of shares.
+TEST(DiscoveryOptions, ConsumableSharesPublishRequestPolicies) {
+  MockNode node("h100-sxm.json");
+  auto mode = [](const char* text) {
+    auto parsed = ConsumableShares::Parse(text);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return parsed.ok() ? *parsed : ConsumableShares{};
+  };
+  PublishOptions publish;
+  EXPECT_FALSE(DeviceNamed(node.Inspect(publish), "gpu-0").contains("allowMultipleAllocations"));
+
+  publish.consumable_shares = mode("memory");
+  json gpu = DeviceNamed(node.Inspect(publish), "gpu-0");
+  EXPECT_EQ(gpu["allowMultipleAllocations"], true);
+  const json memory = gpu["capacity"]["memory"];
+  EXPECT_EQ(memory["requestPolicy"]["default"], memory["value"]) << memory.dump();
+  EXPECT_EQ(memory["requestPolicy"]["validRange"],
+            (json{{"min", "1Mi"}, {"max", memory["value"]}, {"step", "1Mi"}}));
+
+  publish.consumable_shares = mode("unlimited");
+  gpu = DeviceNamed(node.Inspect(publish), "gpu-0");
+  EXPECT_EQ(gpu["capacity"]["memory"]["requestPolicy"]["default"], "0");
+  EXPECT_FALSE(gpu["capacity"].contains("shares"));
+
+  publish.consumable_shares = mode(" 4 ");
+  gpu = DeviceNamed(node.Inspect(publish), "gpu-0");
+  EXPECT_EQ(gpu["capacity"]["shares"],
+            (json{{"value", "4"},
+                  {"requestPolicy", {{"default", "1"}, {"validRange", {{"min", "1"}, {"max", "4"}, {"step", "1"}}}}}}));
+  EXPECT_EQ(gpu["capacity"]["memory"]["requestPolicy"]["default"], "0");
+
+  for (const char* bad : {"0", "-2", "lots", "4x"}) {
+    auto parsed = ConsumableShares::Parse(bad);
+    EXPECT_FALSE(parsed.ok()) << bad;
+  }
+}
+
 TEST(DiscoveryErrors, MissingDriverNamesEveryFolderTried) {
   auto library = nvml::Library::Open(AtRoot("/nonexistent-driver-root"));
   ASSERT_FALSE(library.ok());

@@ -125,7 +125,7 @@ class FakeBackend final : public ClaimDeviceBackend {
                                    .pool_name = device.pool,
                                    .device_name = device.device,
                                    .cdi_device_ids = {"k8s.gpu.nvidia.com/claim=" + claim.ref.uid + "-" + device.device}},
-                        .share_id = std::nullopt,
+                        .share_id = device.share_id,
                         .metadata = nullptr}});
       }
       groups.push_back(std::move(group));
@@ -139,6 +139,7 @@ class FakeBackend final : public ClaimDeviceBackend {
     std::lock_guard<std::mutex> lock(mu_);
     ++unprepare_calls;
     unprepared_states.push_back(claim.entry.state);
+    held_at_unprepare.push_back(claim.held_by_other_claims);
     node_devices.erase(claim.ref.uid);
     return common::OkStatus();
   }
@@ -150,6 +151,8 @@ class FakeBackend final : public ClaimDeviceBackend {
     }
     return UnprepareDevices(claim);
   }
+
+  bool SharesDevicesWithEqualConfigs() const override { return shares_devices; }
 
   bool AwaitRetry(const ClaimView& claim, const Status& failure,
                   std::chrono::steady_clock::time_point deadline) override {
@@ -173,6 +176,8 @@ class FakeBackend final : public ClaimDeviceBackend {
   std::vector<Status> next_prepare_failures;
   std::vector<ClaimView> seen_views;
   std::vector<ClaimCheckpointState> unprepared_states;
+  std::vector<std::set<std::string>> held_at_unprepare;
+  bool shares_devices = false;
   std::vector<Await> awaited;
   std::map<std::string, std::set<std::string>> node_devices;  // claim UID -> devices held
   std::function<bool(const ClaimView&)> await_hook;
@@ -352,6 +357,36 @@ TEST_F(ClaimPreparerTest, ConfigsThatMatchNoDeviceAreJudgedAsTheWebhookJudgesThe
                                       "configuration of driver gpu.nvidia.com"));
   EXPECT_EQ(backend_.prepare_calls, 0);
   EXPECT_TRUE(OnDisk().claims.empty());
+}
+
+// With consumable shares a device may serve several claims whose configs
+// for it are equal; one that configures it differently is refused. The
+// backend learns at unprepare which devices other claims still hold.
+TEST_F(ClaimPreparerTest, SharedDevicesNeedEqualConfigsAndUnprepareKnowsWhoElseHoldsThem) {
+  backend_.shares_devices = true;
+  ClaimPreparerOptions options = Options();
+  options.gates = *common::FeatureGates::Parse("TimeSlicingSettings=true");  // the configs' gate
+  auto created = ClaimPreparer::Create(options, claims_, backend_);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<ClaimPreparer> preparer = std::move(*created);
+  auto time_sliced = [](const char* interval) {
+    return ClaimConfig({{"apiVersion", "resource.nvidia.com/v1beta1"},
+                        {"kind", "GpuConfig"},
+                        {"sharing", {{"strategy", "TimeSlicing"}, {"timeSlicingConfig", {{"interval", interval}}}}}});
+  };
+  const ordered_json first = PutClaim("uid-1", "c1", {"gpu-0"}, time_sliced("Long"));
+  const ordered_json second = PutClaim("uid-2", "c2", {"gpu-0"}, time_sliced("Long"));
+  const ordered_json other = PutClaim("uid-3", "c3", {"gpu-0"}, time_sliced("Short"));
+  ASSERT_EQ(Prepare(*preparer, first).error, "");
+  ASSERT_EQ(Prepare(*preparer, second).error, "");
+  EXPECT_THAT(Prepare(*preparer, other).error,
+              HasSubstr("device gpu-0 is shared with claim ns/c1 (uid-1), whose config for it differs"));
+
+  ASSERT_EQ(Unprepare(*preparer, first), "");
+  ASSERT_EQ(backend_.held_at_unprepare.size(), 1u);
+  EXPECT_EQ(backend_.held_at_unprepare[0], std::set<std::string>{"gpu-0"});
+  ASSERT_EQ(Unprepare(*preparer, second), "");
+  EXPECT_TRUE(backend_.held_at_unprepare.back().empty());
 }
 
 TEST_F(ClaimPreparerTest, MetricsCountARefusedConfigAsAPrepareDevicesErrorAndSuccessesOnly) {

@@ -119,12 +119,13 @@ type gpuEnvironment struct {
 // that only waits for SIGTERM.
 func startGPUEnvironment(ctx context.Context, t *testing.T, profiles ...string) *gpuEnvironment {
 	t.Helper()
-	return startGPUEnvironmentWithGates(ctx, t, "", profiles...)
+	return startGPUEnvironmentWithEnv(ctx, t, nil, profiles...)
 }
 
-// startGPUEnvironmentWithGates is startGPUEnvironment with the plugin's
-// FEATURE_GATES (the chart's featureGates value) set to gates.
-func startGPUEnvironmentWithGates(ctx context.Context, t *testing.T, gates string, profiles ...string) *gpuEnvironment {
+// startGPUEnvironmentWithEnv is startGPUEnvironment with extra environment
+// for the plugin container (FEATURE_GATES, CONSUMABLE_SHARES: the chart's
+// featureGates and consumableShares values).
+func startGPUEnvironmentWithEnv(ctx context.Context, t *testing.T, pluginEnv []corev1.EnvVar, profiles ...string) *gpuEnvironment {
 	t.Helper()
 	plugin, why := findGPUPlugin(t)
 	if plugin == "" {
@@ -151,7 +152,7 @@ func startGPUEnvironmentWithGates(ctx context.Context, t *testing.T, gates strin
 	env := &gpuEnvironment{environment: startEnvironmentWith(t, opts), profiles: byNode}
 	env.client = env.nodes.Client()
 
-	installGPUDriver(ctx, t, env.client, env.altProcDevices(), gates)
+	installGPUDriver(ctx, t, env.client, env.altProcDevices(), pluginEnv)
 	pods := env.checkPluginPods(ctx, t)
 	env.waitForGPUSlices(ctx, t, pods)
 	return env
@@ -172,7 +173,7 @@ func (e *gpuEnvironment) altProcDevices() string {
 // installGPUDriver creates what the chart renders for the GPU plugin:
 // namespace, service account, RBAC, the two DeviceClasses and the
 // kubelet-plugin DaemonSet (gpus container only).
-func installGPUDriver(ctx context.Context, t *testing.T, client kubernetes.Interface, altProcDevices, gates string) {
+func installGPUDriver(ctx context.Context, t *testing.T, client kubernetes.Interface, altProcDevices string, pluginEnv []corev1.EnvVar) {
 	t.Helper()
 	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: gpuPluginNamespace}}))
 	must(t, "service account", create(ctx, client.CoreV1().ServiceAccounts(gpuPluginNamespace),
@@ -205,7 +206,7 @@ func installGPUDriver(ctx context.Context, t *testing.T, client kubernetes.Inter
 		}
 		must(t, "device class "+name, create(ctx, client.ResourceV1().DeviceClasses(), class))
 	}
-	must(t, "daemonset", create(ctx, client.AppsV1().DaemonSets(gpuPluginNamespace), gpuPluginDaemonSetSpec(altProcDevices, gates)))
+	must(t, "daemonset", create(ctx, client.AppsV1().DaemonSets(gpuPluginNamespace), gpuPluginDaemonSetSpec(altProcDevices, pluginEnv)))
 }
 
 // gpuPluginDaemonSetSpec is the chart's kubelet-plugin DaemonSet with
@@ -213,7 +214,7 @@ func installGPUDriver(ctx context.Context, t *testing.T, client kubernetes.Inter
 // image's program is the entrypoint (no bash wrapper, no init container
 // waiting for nvidia-smi), flags as the chart's env sets them, given as
 // arguments too.
-func gpuPluginDaemonSetSpec(altProcDevices, gates string) *appsv1.DaemonSet {
+func gpuPluginDaemonSetSpec(altProcDevices string, pluginEnv []corev1.EnvVar) *appsv1.DaemonSet {
 	image := gpuPluginImage + ":" + gpuPluginImageTag
 	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &typ}}}
@@ -239,9 +240,7 @@ func gpuPluginDaemonSetSpec(altProcDevices, gates string) *appsv1.DaemonSet {
 	if altProcDevices != "" {
 		env = append(env, corev1.EnvVar{Name: "ALT_PROC_DEVICES_PATH", Value: altProcDevices})
 	}
-	if gates != "" {
-		env = append(env, corev1.EnvVar{Name: "FEATURE_GATES", Value: gates})
-	}
+	env = append(env, pluginEnv...)
 	labels := map[string]string{"app.kubernetes.io/name": "nvidia-dra-driver-gpu", "app.kubernetes.io/component": "kubelet-plugin"}
 	return &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: gpuPluginDaemonSet, Labels: labels},

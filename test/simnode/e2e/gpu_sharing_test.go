@@ -27,7 +27,8 @@ const a100WholeProfile = "a100-sxm4"
 func TestGPUSharingUpstreamSpecs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	env := startGPUEnvironmentWithGates(ctx, t, "TimeSlicingSettings=true", a100WholeProfile)
+	env := startGPUEnvironmentWithEnv(ctx, t, []corev1.EnvVar{{Name: "FEATURE_GATES", Value: "TimeSlicingSettings=true"}},
+		a100WholeProfile)
 
 	// gpu-test6: a Deployment of 4 pods, each with a claim from a template
 	// for a time-sliced (interval Long) A100. Every container lists its one
@@ -84,6 +85,58 @@ func TestGPUSharingUpstreamSpecs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Upstream's demo/specs/consumable-shares, unchanged, each on an H100 node
+// whose plugin runs with ConsumableShares and the --consumable-shares mode
+// the spec is written for. The real scheduler gives every claim a share of
+// a device (status.allocation.devices.results[].shareID); it fills one GPU
+// before it takes the next, so the replicas' claims share gpu-0 and the
+// plugin prepares each of them on it. The containers list that one GPU.
+func TestGPUSharingConsumableShares(t *testing.T) {
+	for _, c := range []struct {
+		spec, mode, ns, selector string
+		pods                     int
+	}{
+		{"integer-sharing.yaml", "4", "gpu-share-integer", "app=integer-sharing", 4},
+		{"memory-sharing.yaml", "memory", "gpu-share-memory", "app=memory-sharing", 2},
+		{"unlimited-sharing.yaml", "unlimited", "gpu-share-unlimited", "app=unlimited-sharing", 2},
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			env := startGPUEnvironmentWithEnv(ctx, t, []corev1.EnvVar{
+				{Name: "FEATURE_GATES", Value: "ConsumableShares=true"}, {Name: "CONSUMABLE_SHARES", Value: c.mode}},
+				h100Profile)
+			spec := upstreamSpec(t, c.spec)
+			out := env.Kubectl(ctx, t, "apply", "-f", spec)
+			t.Logf("kubectl apply:\n%s", out)
+			pods := waitForPodsRunning(ctx, t, env, c.ns, c.selector, c.pods)
+			s := &scenario{t: t, ctx: ctx, env: env, client: env.client, ns: c.ns}
+			devices := map[string][]string{}
+			for _, pod := range pods {
+				for _, status := range pod.Status.ResourceClaimStatuses {
+					claim, err := env.client.ResourceV1().ResourceClaims(c.ns).Get(ctx, *status.ResourceClaimName, metav1.GetOptions{})
+					must(t, "claim", err)
+					for _, r := range claim.Status.Allocation.Devices.Results {
+						if r.ShareID == nil || *r.ShareID == "" {
+							t.Errorf("claim %s: device %s allocated without a share ID", claim.Name, r.Device)
+						}
+						devices[r.Device] = append(devices[r.Device], claim.Name)
+					}
+				}
+				log := podLog(ctx, t, s, pod.Name, "(UUID: ")
+				if n := strings.Count(log, "(UUID: "); n != 1 {
+					t.Errorf("pod %s: nvidia-smi -L lists %d GPUs, want 1:\n%s", pod.Name, n, log)
+				}
+			}
+			t.Logf("claims per device: %v", devices)
+			if len(devices["gpu-0"]) != c.pods {
+				t.Errorf("claims per device %v: want all %d claims sharing gpu-0", devices, c.pods)
+			}
+			env.Kubectl(ctx, t, "delete", "-f", spec, "--wait=true", "--timeout=2m")
+		})
+	}
 }
 
 // upstreamSpec is the absolute path of a spec in testdata/upstream.

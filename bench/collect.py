@@ -87,24 +87,24 @@ def informer(path, results):
                             "unit": unit, "better": "lower"})
 
 
+def prepare_latency(data, results, name):
+    """p50 and p99 of prepare and unprepare from plugin-prepare-bench's JSON; name(call, p) names them."""
+    for call in ("prepare", "unprepare"):
+        for p in ("p50", "p99"):
+            results.append({"name": name(call, p), "value": data[call][f"{p}_ms"], "unit": "ms", "better": "lower"})
+
+
 def gpu_sharing_time_sliced(path, results):
     """Prepare/unprepare latency of a time-sliced GPU over the plugin's socket."""
     with open(path) as f:
-        data = json.load(f)
-    for call in ("prepare", "unprepare"):
-        for p in ("p50", "p99"):
-            results.append({"name": f"gpu_sharing.time_sliced_{call}_{p}_ms", "value": data[call][f"{p}_ms"],
-                            "unit": "ms", "better": "lower"})
+        prepare_latency(json.load(f), results, lambda call, p: f"gpu_sharing.time_sliced_{call}_{p}_ms")
 
 
 def gpu_plugin_direct(path, results):
     """Prepare/unprepare latency over the plugin's socket and the plugin's memory (MiB)."""
     with open(path) as f:
         data = json.load(f)
-    for call in ("prepare", "unprepare"):
-        for p in ("p50", "p99"):
-            results.append({"name": f"gpu_plugin.{call}_direct_{p}_ms", "value": data[call][f"{p}_ms"],
-                            "unit": "ms", "better": "lower"})
+    prepare_latency(data, results, lambda call, p: f"gpu_plugin.{call}_direct_{p}_ms")
     by_label = {m["label"]: m for m in data["memory"]}
     idle, warm, end = by_label.get("idle"), by_label.get("warm"), by_label.get("end")
     cycles = data["cycles"]

@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -522,20 +521,11 @@ func untilWithStore(ctx context.Context, lw cache.ListerWatcher, obj runtime.Obj
 // and stderr); a failure fails the test.
 func (c *cdCluster) Kubectl(ctx context.Context, t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := c.kubectl(ctx, args...)
-	if err != nil {
-		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
+	return c.Env.Kubectl(ctx, t, args...)
 }
 
 func (c *cdCluster) kubectl(ctx context.Context, args ...string) (string, error) {
-	bin, err := harness.DefaultBinary("kubectl")
-	if err != nil {
-		return "", err
-	}
-	out, err := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", c.Env.cp.Kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
+	return c.Env.kubectl(ctx, args...)
 }
 
 // podClaim is one ResourceClaim a pod got, where it was prepared.

@@ -225,7 +225,12 @@ TEST_F(PluginServerTest, V1PrepareAndUnprepareRoundTripResultsAndPerClaimErrors)
   driver_.SetPrepare("uid-a", PrepareResult{.devices = {PreparedDevice{.requests = {"gpu/small", "nic"},
                                                                        .pool_name = "node-1",
                                                                        .device_name = "gpu-0",
-                                                                       .cdi_device_ids = {"k8s.gpu.example.com/gpu=a"}}},
+                                                                       .cdi_device_ids = {"k8s.gpu.example.com/gpu=a"}},
+                                                        PreparedDevice{.requests = {"shared"},
+                                                                       .pool_name = "node-1",
+                                                                       .device_name = "gpu-1",
+                                                                       .cdi_device_ids = {"k8s.gpu.example.com/gpu=b"},
+                                                                       .share_id = "share-7"}},
                                             .error = ""});
   driver_.SetPrepare("uid-b", PrepareResult{.devices = {}, .error = "no such device"});
   driver_.SetUnprepare("uid-a", "");
@@ -247,7 +252,9 @@ TEST_F(PluginServerTest, V1PrepareAndUnprepareRoundTripResultsAndPerClaimErrors)
   ASSERT_EQ(response.claims().size(), 3U);
   const auto& a = response.claims().at("uid-a");
   EXPECT_EQ(a.error(), "");
-  ASSERT_EQ(a.devices_size(), 1);
+  ASSERT_EQ(a.devices_size(), 2);
+  // A consumable-capacity share reaches the kubelet (v1 only).
+  EXPECT_EQ(a.devices(1).share_id(), "share-7");
   // Subrequest names are cut to the request containers reference.
   EXPECT_THAT(a.devices(0).request_names(), ElementsAre("gpu", "nic"));
   EXPECT_EQ(a.devices(0).pool_name(), "node-1");
@@ -495,8 +502,12 @@ TEST_F(PluginServerTest, RemovedSocketsAreBoundAgain) {
   }));
   EXPECT_GE(server->rebinds(), 2);
 
-  // A whole directory removed: it is re-created with the socket in it.
-  fs::remove_all(Options().plugin_dir);
+  // A whole directory removed: it is re-created with the socket in it. Moved
+  // away in one step first: a recursive remove races with the server, which
+  // may bind the socket again in the directory before it is gone.
+  const fs::path gone = Options().plugin_dir.string() + ".gone";
+  fs::rename(Options().plugin_dir, gone);
+  fs::remove_all(gone);
   EXPECT_TRUE(Eventually([&] {
     drav1::NodePrepareResourcesResponse response;
     return IsSocket(server->dra_socket()) && PrepareV1(*server, {}, &response).ok();

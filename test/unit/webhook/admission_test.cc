@@ -369,9 +369,11 @@ TEST(ReviewAdmission, RefusesJsonNestedDeeperThanAnyClaimBeforeParsingIt) {
 // first ten problems are listed.
 TEST(ValidateDeviceConfigs, DenialsStaySmallWhateverTheInput) {
   json configs = json::array();
-  const std::string long_key(1 << 20, 'k');
-  for (int i = 0; i < 10000; ++i) {
-    configs.push_back({{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", Params("GpuConfig", {{long_key, 1}})}}}});
+  // One 1 MiB unknown key, then 9,999 small bad configs.
+  configs.push_back(
+      {{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", Params("GpuConfig", {{std::string(1 << 20, 'k'), 1}})}}}});
+  for (int i = 1; i < 10000; ++i) {
+    configs.push_back({{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", Params("GpuConfig", {{"bogus", 1}})}}}});
   }
   common::Status status = ValidateDeviceConfigs(json{{"config", std::move(configs)}}, "spec.devices", Gates());
   ASSERT_FALSE(status.ok());

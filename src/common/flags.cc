@@ -101,9 +101,10 @@ void AddCommonFlags(CLI::App& app, CommonFlags& flags, std::string_view binary_n
   app.set_version_flag("--version", VersionText(binary_name), "Print the version and exit");
   WithEnv(app.add_option("-v,--v", flags.verbosity,
                          "Log verbosity: 0 start-up and errors, 1 configuration, 2 changes "
-                         "(default), 3 more detail, 4 debug, 6 API requests, 7 headers, 8 bodies")
+                         "(default), 3 more detail, 4 debug, 6 API requests, 7 headers, 8 bodies (higher: "
+                         "as 8)")
               ->capture_default_str()
-              ->check(CLI::Range(kMinVerbosity, kMaxVerbosity)),
+              ->check(CLI::NonNegativeNumber),
           {"V"});
   WithEnv(app.add_option("--logging-format,--log-format", flags.logging_format,
                          "Log format: text or json")
@@ -111,7 +112,8 @@ void AddCommonFlags(CLI::App& app, CommonFlags& flags, std::string_view binary_n
               ->check(CLI::IsMember({"text", "json"})),
           {"LOGGING_FORMAT"});
   WithEnv(app.add_option("--vmodule", flags.vmodule,
-                         "Per-file verbosity (accepted for compatibility; ignored)"),
+                         "Per-file verbosity, klog's pattern=N,...: a glob over source file names without "
+                         "their extension (e.g. claim_preparer=6)"),
           {"VMODULE"});
   WithEnv(app.add_option("--feature-gates", flags.feature_gates,
                          "Comma-separated Name=true|false pairs. Known gates:" +
@@ -120,16 +122,14 @@ void AddCommonFlags(CLI::App& app, CommonFlags& flags, std::string_view binary_n
 }
 
 StatusOr<FeatureGates> ApplyCommonFlags(const CommonFlags& flags) {
-  if (flags.verbosity < kMinVerbosity || flags.verbosity > kMaxVerbosity) {
-    return InvalidArgumentError(fmt::format("-v: {} is out of range [{}, {}]", flags.verbosity,
-                                            kMinVerbosity, kMaxVerbosity));
+  if (flags.verbosity < kMinVerbosity) {
+    return InvalidArgumentError(fmt::format("-v: {} is negative; use a level from {} up", flags.verbosity,
+                                            kMinVerbosity));
   }
   StatusOr<LogFormat> format = ParseLogFormat(flags.logging_format);
   if (!format.ok()) return format.status().WithContext("--logging-format");
   InitLogging(LogOptions{.verbosity = flags.verbosity, .format = *format});
-  if (!flags.vmodule.empty()) {
-    LOG_WARNING("--vmodule is not supported and is ignored", {{"vmodule", flags.vmodule}});
-  }
+  RETURN_IF_ERROR(SetVmodule(flags.vmodule));
   StatusOr<FeatureGates> gates = FeatureGates::Parse(flags.feature_gates);
   if (!gates.ok()) return gates.status();
   return gates;

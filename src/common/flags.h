@@ -42,7 +42,7 @@ CLI::Option* WithEnv(CLI::Option* option, std::initializer_list<std::string_view
 struct CommonFlags {
   int verbosity = kDefaultVerbosity;  // -v, --v (V)
   std::string logging_format = "text";  // --logging-format, --log-format (LOGGING_FORMAT)
-  std::string vmodule;  // --vmodule (VMODULE): accepted for compatibility, not supported
+  std::string vmodule;  // --vmodule (VMODULE): per-file verbosity (common/log.h SetVmodule)
   std::string feature_gates;  // --feature-gates (FEATURE_GATES)
 };
 

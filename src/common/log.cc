@@ -1,8 +1,14 @@
 #include "common/log.h"
 
+#include <fnmatch.h>
+
 #include <atomic>
+#include <charconv>
+#include <chrono>
 #include <memory>
 #include <ostream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/logger.h>
@@ -13,6 +19,15 @@ namespace nvdra::common {
 namespace {
 
 std::atomic<int> g_verbosity{kDefaultVerbosity};
+
+struct VmoduleEntry {
+  std::string pattern;
+  bool match_path = false;  // the pattern holds a '/'
+  int verbosity = 0;
+};
+// Set before threads start (SetVmodule); read-only afterwards.
+std::vector<VmoduleEntry> g_vmodule;
+std::atomic<bool> g_vmodule_set{false};
 
 struct LoggerState {
   std::shared_ptr<spdlog::logger> logger;
@@ -34,8 +49,9 @@ std::shared_ptr<LoggerState> MakeState(LogFormat format, std::ostream* out) {
   state->logger->flush_on(spdlog::level::err);
   // Text looks like klog: "I1122 23:01:02.123456  12345 main.cc:42] "msg" k="v"".
   // JSON: the timestamp comes from spdlog; the rest of the object is ours.
-  state->logger->set_pattern(format == LogFormat::kJson ? R"({"ts":%E.%f,%v)"
-                                                        : "%L%m%d %H:%M:%S.%f %7t %v");
+  // JSON "ts" is written by LogLine: milliseconds since the epoch, as the
+  // Go driver's JSON logger (component-base) writes it.
+  state->logger->set_pattern(format == LogFormat::kJson ? "{%v" : "%L%m%d %H:%M:%S.%f %7t %v");
   return state;
 }
 
@@ -121,12 +137,48 @@ int Verbosity() { return g_verbosity.load(std::memory_order_relaxed); }
 
 void SetVerbosity(int verbosity) {
   if (verbosity < kMinVerbosity) verbosity = kMinVerbosity;
-  if (verbosity > kMaxVerbosity) verbosity = kMaxVerbosity;
   g_verbosity.store(verbosity, std::memory_order_relaxed);
 }
 
-bool VerbosityEnabled(int verbosity) {
-  return verbosity <= g_verbosity.load(std::memory_order_relaxed);
+bool VerbosityEnabled(int verbosity, std::source_location where) {
+  if (verbosity <= g_verbosity.load(std::memory_order_relaxed)) return true;
+  if (!g_vmodule_set.load(std::memory_order_acquire)) return false;
+  const std::string_view path = where.file_name();
+  std::string_view name = BaseName(path);
+  name = name.substr(0, name.find('.'));
+  for (const VmoduleEntry& entry : g_vmodule) {
+    const std::string subject(entry.match_path ? path : name);
+    if (::fnmatch(entry.pattern.c_str(), subject.c_str(), 0) == 0) return verbosity <= entry.verbosity;
+  }
+  return false;
+}
+
+Status SetVmodule(std::string_view spec) {
+  std::vector<VmoduleEntry> entries;
+  while (!spec.empty()) {
+    const std::size_t comma = spec.find(',');
+    const std::string_view item = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    const std::size_t equals = item.rfind('=');
+    int level = -1;
+    if (equals != std::string_view::npos && equals > 0) {
+      const std::string_view number = item.substr(equals + 1);
+      const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), level);
+      if (ec != std::errc() || end != number.data() + number.size()) level = -1;
+    }
+    if (level < 0) {
+      return InvalidArgumentError(fmt::format(
+          "--vmodule: \"{}\" is not pattern=N (a file-name glob and a level, e.g. claim_preparer=6)", item));
+    }
+    const std::string_view pattern = item.substr(0, equals);
+    entries.push_back({.pattern = std::string(pattern),
+                       .match_path = pattern.find('/') != std::string_view::npos,
+                       .verbosity = level});
+  }
+  g_vmodule_set.store(false, std::memory_order_release);
+  g_vmodule = std::move(entries);
+  g_vmodule_set.store(!g_vmodule.empty(), std::memory_order_release);
+  return OkStatus();
 }
 
 void LogLine(LogSeverity severity, int verbosity, std::string_view message,
@@ -136,6 +188,9 @@ void LogLine(LogSeverity severity, int verbosity, std::string_view message,
   line.reserve(128);
   const std::string_view file = BaseName(location.file_name());
   if (state->format == LogFormat::kJson) {
+    const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+    const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count();
+    fmt::format_to(std::back_inserter(line), R"("ts":{}.{:06},)", nanos / 1000000, nanos % 1000000);
     line.append(R"("caller":)");
     AppendQuoted(line, fmt::format("{}:{}", file, location.line()));
     line.append(R"(,"msg":)");

@@ -37,6 +37,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <source_location>
 #include <variant>
 
 #include "common/status.h"
@@ -49,7 +50,8 @@ enum class LogSeverity { kInfo, kWarning, kError };
 // "text" or "json". kInvalidArgument otherwise, naming the accepted values.
 StatusOr<LogFormat> ParseLogFormat(std::string_view text);
 
-// Verbosity bounds accepted by -v.
+// -v takes any level from kMinVerbosity up, as klog; kMaxVerbosity is the
+// highest level this driver logs at (a higher -v logs the same).
 inline constexpr int kMinVerbosity = 0;
 inline constexpr int kMaxVerbosity = 8;
 inline constexpr int kDefaultVerbosity = 2;
@@ -61,14 +63,22 @@ struct LogOptions {
 
 // Replaces the process logger. Lines go to stderr, or to `out` when given
 // (tests); `out` must outlive every later log call or the next InitLogging.
-// Verbosity is clamped to [kMinVerbosity, kMaxVerbosity]. Before any call,
+// A verbosity below kMinVerbosity counts as kMinVerbosity. Before any call,
 // logging is text at the default verbosity on stderr.
 void InitLogging(const LogOptions& options, std::ostream* out = nullptr);
 
-// Current verbosity, and whether a line at `verbosity` would be written.
+// Current verbosity, and whether a line at `verbosity` would be written from
+// the caller's file (the process level, or that file's --vmodule level).
 int Verbosity();
 void SetVerbosity(int verbosity);
-bool VerbosityEnabled(int verbosity);
+bool VerbosityEnabled(int verbosity, std::source_location where = std::source_location::current());
+
+// klog's --vmodule: "pattern=N,..." where a pattern is a glob over a source
+// file's name without its extension ("claim_preparer=6", "cd_*=4"), or over
+// its path when the pattern holds a '/'. The first pattern that matches
+// sets that file's level instead of -v. Empty clears it. kInvalidArgument
+// names the malformed entry. Call before starting threads.
+Status SetVmodule(std::string_view spec);
 
 // One value of a key-value pair. Strings are borrowed, not copied: build
 // fields inside the log call (the LOG_* macros do), never store them.

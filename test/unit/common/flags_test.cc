@@ -111,13 +111,20 @@ TEST(ParseFlagsTest, HelpAndVersionExitZero) {
 
 TEST(ParseFlagsTest, BadInputExitsTwoNamingTheFlag) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--no-such-flag"}, {"-v", "9"}, {"-v", "x"},
+       {std::vector<std::string>{"--no-such-flag"}, {"-v", "-1"}, {"-v", "x"},
         {"--logging-format=xml"}, {"--kube-api-burst=many"}, {"positional"}}) {
     CommonApp c;
     ::testing::internal::CaptureStderr();
     EXPECT_EQ(Parse(c.app, args), 2) << args[0];
     EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("test-binary --help"));
   }
+}
+
+// As klog: -v takes any level from 0 up (the chart's logVerbosity 9 or 10
+// must not crash-loop the pods).
+TEST(ParseFlagsTest, VerbosityAboveTheHighestUsedIsAccepted) {
+  CommonApp c;
+  EXPECT_EQ(Parse(c.app, {"-v", "10"}), std::nullopt);
 }
 
 TEST(ParseFlagsTest, BadEnvironmentValueExitsTwo) {
@@ -161,6 +168,13 @@ TEST(ApplyCommonFlagsTest, RejectsBadGatesAndFormat) {
   CommonFlags format;
   format.logging_format = "xml";
   EXPECT_THAT(ApplyCommonFlags(format).status().message(), HasSubstr("--logging-format"));
+  CommonFlags vmodule;
+  vmodule.vmodule = "claim_preparer";
+  EXPECT_THAT(ApplyCommonFlags(vmodule).status().message(), HasSubstr("--vmodule: \"claim_preparer\" is not pattern=N"));
+  vmodule.vmodule = "claim_preparer=6";
+  EXPECT_TRUE(ApplyCommonFlags(vmodule).ok());
+  vmodule.vmodule.clear();
+  EXPECT_TRUE(ApplyCommonFlags(vmodule).ok());
 }
 
 TEST(LeaderElectionFlagsTest, DefaultsMatchUpstreamAndEnvOverrides) {

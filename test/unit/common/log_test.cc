@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include <chrono>
+#include <source_location>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -92,13 +94,50 @@ TEST_F(LogTest, JsonLinesAreValidObjectsWithTypedFields) {
   EXPECT_EQ(error["err"], "UNAVAILABLE: apiserver down");
 }
 
-TEST_F(LogTest, SetVerbosityClampsToKubernetesRange) {
+// As klog: any level from 0 up (above the highest we use, everything is
+// logged); a negative one counts as 0.
+TEST_F(LogTest, VerbosityTakesAnyLevelFromZeroUp) {
   SetVerbosity(42);
-  EXPECT_EQ(Verbosity(), kMaxVerbosity);
+  EXPECT_EQ(Verbosity(), 42);
+  EXPECT_TRUE(VerbosityEnabled(kMaxVerbosity));
   SetVerbosity(-3);
   EXPECT_EQ(Verbosity(), kMinVerbosity);
   EXPECT_TRUE(VerbosityEnabled(0));
   EXPECT_FALSE(VerbosityEnabled(1));
+}
+
+// --vmodule raises the level of the files its patterns match (by name
+// without extension, or by path with a '/'), first match wins; a malformed
+// entry is refused, naming it.
+TEST_F(LogTest, VmoduleSetsPerFileLevels) {
+  SetVerbosity(2);
+  ASSERT_TRUE(SetVmodule("log_t*=6,log_test=1").ok());
+  EXPECT_TRUE(VerbosityEnabled(6));   // this file matches log_t*
+  EXPECT_FALSE(VerbosityEnabled(7));
+  ASSERT_TRUE(SetVmodule("*/unit/common/*=5").ok());
+  EXPECT_TRUE(VerbosityEnabled(5));
+  ASSERT_TRUE(SetVmodule("other_file=9").ok());
+  EXPECT_FALSE(VerbosityEnabled(3));
+  ASSERT_TRUE(SetVmodule("").ok());
+  EXPECT_FALSE(VerbosityEnabled(3));
+  for (const char* bad : {"claim_preparer", "=3", "x=-1", "x=high"}) {
+    Status status = SetVmodule(bad);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("--vmodule"), std::string::npos);
+  }
+}
+
+// "ts" is milliseconds since the epoch, as the Go driver's JSON logs write it.
+TEST_F(LogTest, JsonTimestampIsEpochMilliseconds) {
+  Init(LogFormat::kJson, 2);
+  const double before = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  LOG_INFO(0, "now");
+  const nlohmann::json line = nlohmann::json::parse(Lines().at(0));
+  ASSERT_TRUE(line["ts"].is_number_float()) << line.dump();
+  EXPECT_GE(line["ts"].get<double>(), before);
+  EXPECT_LT(line["ts"].get<double>(), before + 60000);
 }
 
 TEST_F(LogTest, ConcurrentLinesAreNeverTorn) {

@@ -8,6 +8,7 @@
 
 #include "common/http_serving.h"
 #include "common/log.h"
+#include "common/process_metrics.h"
 
 namespace nvdra::common {
 
@@ -48,9 +49,11 @@ StatusOr<HostPort> SplitEndpoint(std::string_view endpoint) {
 }  // namespace
 
 struct MetricsServer::State {
-  State(const MetricsRegistry& r, std::string p) : registry(r), path(std::move(p)) {}
+  State(const MetricsRegistry& r, std::string p, std::function<void()> before)
+      : registry(r), path(std::move(p)), before_scrape(std::move(before)) {}
   const MetricsRegistry& registry;
   const std::string path;
+  const std::function<void()> before_scrape;
   httplib::Server server;
   std::unique_ptr<HttpServing> serving;  // after the server: stops serving before it goes
 };
@@ -58,12 +61,13 @@ struct MetricsServer::State {
 MetricsServer::MetricsServer(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsRegistry& registry,
-                                                              std::string_view endpoint, std::string_view path) {
+                                                              std::string_view endpoint, std::string_view path,
+                                                              std::function<void()> before_scrape) {
   ASSIGN_OR_RETURN(HostPort where, SplitEndpoint(endpoint));
   if (!path.starts_with('/')) {
     return InvalidArgumentError(fmt::format("metrics path \"{}\" must start with '/'", path));
   }
-  auto state = std::make_unique<State>(registry, std::string(path));
+  auto state = std::make_unique<State>(registry, std::string(path), std::move(before_scrape));
   httplib::Server& server = state->server;
   State* raw = state.get();
   // Every path is routed here (httplib patterns are regular expressions,
@@ -74,6 +78,7 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const MetricsRegis
       response.set_content("404 page not found\n", "text/plain; charset=utf-8");
       return;
     }
+    if (raw->before_scrape) raw->before_scrape();
     response.set_content(raw->registry.Render(), std::string(kMetricsContentType));
   });
 
@@ -92,11 +97,13 @@ std::string MetricsServer::address() const { return state_->serving->address(); 
 
 const std::string& MetricsServer::path() const { return state_->path; }
 
-StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(const MetricsRegistry& registry,
+StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(MetricsRegistry& registry,
                                                                      const MetricsFlags& flags) {
   if (flags.http_endpoint.empty()) return std::unique_ptr<MetricsServer>();
+  auto process = std::make_shared<ProcessMetrics>(registry);
   ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
-                   MetricsServer::Start(registry, flags.http_endpoint, flags.metrics_path));
+                   MetricsServer::Start(registry, flags.http_endpoint, flags.metrics_path,
+                                        [process] { process->Update(); }));
   LOG_INFO(0, "serving metrics", {{"address", server->address()}, {"path", server->path()}});
   return server;
 }

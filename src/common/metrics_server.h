@@ -12,6 +12,7 @@
 // accepting, finishes requests in progress and joins the threads.
 // Thread-safety: thread-safe (the accessors are immutable after Start).
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,8 +32,11 @@ class MetricsServer {
   // '/' (MetricsFlags::Validate checks the flag); it is matched exactly.
   // kInvalidArgument: a malformed endpoint or path; kUnavailable: the
   // address cannot be bound (in use, not local).
+  // `before_scrape`, when set, runs before each rendering (to refresh
+  // values read on demand, such as the process_* series).
   static StatusOr<std::unique_ptr<MetricsServer>> Start(const MetricsRegistry& registry, std::string_view endpoint,
-                                                        std::string_view path);
+                                                        std::string_view path,
+                                                        std::function<void()> before_scrape = {});
 
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
@@ -52,8 +56,10 @@ class MetricsServer {
 };
 
 // The server the --http-endpoint and --metrics-path flags ask for, logged
-// once listening; null when --http-endpoint is empty (metrics off).
-StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(const MetricsRegistry& registry,
+// once listening, with the process_* series (process_metrics.h) added to
+// `registry` and refreshed per scrape; null when --http-endpoint is empty
+// (metrics off).
+StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(MetricsRegistry& registry,
                                                                      const MetricsFlags& flags);
 
 }  // namespace nvdra::common

@@ -1,5 +1,6 @@
 #include "common/metrics_server.h"
 
+#include <ctime>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -116,6 +117,33 @@ TEST_F(MetricsServerTest, DestroyRightAfterStartDoesNotHang) {
     auto server = MetricsServer::Start(registry_, "127.0.0.1:0", "/metrics");
     ASSERT_TRUE(server.ok()) << server.status();
   }
+}
+
+// Every binary's metrics endpoint (StartMetricsServerFromFlags) serves the
+// process_* series of Prometheus' client libraries, read per scrape.
+TEST_F(MetricsServerTest, FlagsServerServesProcessSeries) {
+  MetricsFlags flags;
+  flags.http_endpoint = "127.0.0.1:0";
+  auto server = StartMetricsServerFromFlags(registry_, flags);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client client("127.0.0.1", (*server)->port());
+  auto response = client.Get(flags.metrics_path);
+  ASSERT_TRUE(response) << httplib::to_string(response.error());
+  const std::string& body = response->body;
+  auto value = [&body](const std::string& name) {
+    const std::size_t at = body.find("\n" + name + " ");
+    EXPECT_NE(at, std::string::npos) << name << " missing in:\n" << body;
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size() + 2));
+  };
+  EXPECT_GT(value("process_resident_memory_bytes"), 1024.0 * 1024);
+  EXPECT_GT(value("process_virtual_memory_bytes"), value("process_resident_memory_bytes"));
+  EXPECT_GE(value("process_cpu_seconds_total"), 0.0);
+  EXPECT_GT(value("process_open_fds"), 2.0);  // stdio and the listening socket at least
+  EXPECT_GT(value("process_max_fds"), value("process_open_fds"));
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_GT(value("process_start_time_seconds"), now - 3600);
+  EXPECT_LE(value("process_start_time_seconds"), now + 1);
+  EXPECT_NE(body.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
 }
 
 }  // namespace

@@ -143,12 +143,13 @@ void SetVerbosity(int verbosity) {
 bool VerbosityEnabled(int verbosity, std::source_location where) {
   if (verbosity <= g_verbosity.load(std::memory_order_relaxed)) return true;
   if (!g_vmodule_set.load(std::memory_order_acquire)) return false;
-  const std::string_view path = where.file_name();
-  std::string_view name = BaseName(path);
-  name = name.substr(0, name.find('.'));
+  const char* path = where.file_name();
+  const std::string_view base = BaseName(path);
+  const std::string name(base.substr(0, base.find('.')));
   for (const VmoduleEntry& entry : g_vmodule) {
-    const std::string subject(entry.match_path ? path : name);
-    if (::fnmatch(entry.pattern.c_str(), subject.c_str(), 0) == 0) return verbosity <= entry.verbosity;
+    if (::fnmatch(entry.pattern.c_str(), entry.match_path ? path : name.c_str(), 0) == 0) {
+      return verbosity <= entry.verbosity;
+    }
   }
   return false;
 }

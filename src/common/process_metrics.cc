@@ -59,14 +59,19 @@ ProcessMetrics::ProcessMetrics(MetricsRegistry& registry, std::filesystem::path 
                               .WithLabels({})),
       open_fds_(registry.AddGauge("process_open_fds", "Number of open file descriptors.", {}).WithLabels({})),
       max_fds_(registry.AddGauge("process_max_fds", "Maximum number of open file descriptors.", {}).WithLabels({})) {
+  // The start time does not change: read once (field 22, starttime, in
+  // clock ticks after boot).
+  const std::vector<std::string> fields = StatFields(ReadAll(proc_self_ / "stat"));
+  const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  if (fields.size() > 19 && ticks > 0) start_time_seconds_.Set(BootTimeSeconds() + Number(fields[19]) / ticks);
   Update();
 }
 
 void ProcessMetrics::Update() {
   const double ticks = static_cast<double>(::sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
-  // stat fields (1-based as proc(5)): 14 utime, 15 stime, 22 starttime,
-  // 23 vsize, 24 rss; StatFields starts at field 3.
+  // stat fields (1-based as proc(5)): 14 utime, 15 stime, 23 vsize,
+  // 24 rss; StatFields starts at field 3.
   const std::vector<std::string> fields = StatFields(ReadAll(proc_self_ / "stat"));
   if (fields.size() > 21 && ticks > 0) {
     const double cpu = (Number(fields[11]) + Number(fields[12])) / ticks;
@@ -77,7 +82,6 @@ void ProcessMetrics::Update() {
         reported_cpu_seconds_ = cpu;
       }
     }
-    start_time_seconds_.Set(BootTimeSeconds() + Number(fields[19]) / ticks);
     virtual_bytes_.Set(Number(fields[20]));
     resident_bytes_.Set(Number(fields[21]) * page);
   }

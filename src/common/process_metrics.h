@@ -3,7 +3,8 @@
 // ProcessMetrics: the process_* series every Prometheus client library
 // exports (client_golang's process collector: CPU seconds, resident and
 // virtual memory, start time, open and maximum file descriptors), read from
-// /proc/self when Update is called, so the usual alerts and dashboards work
+// /proc/self when Update is called (the start time once, at construction),
+// so the usual alerts and dashboards work
 // on our binaries as on the Go driver's.
 //
 // Ownership: registers its families in the registry, which must outlive it.

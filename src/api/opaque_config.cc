@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/json_fields.h"
+#include "k8s/quantity.h"
 
 namespace nvdra::api {
 
@@ -146,6 +147,50 @@ std::optional<TimeSliceInterval> ParseInterval(std::string_view name) {
   return std::nullopt;
 }
 
+constexpr std::int64_t kMebibyte = 1024 * 1024;
+
+// A pinned memory limit: a quantity of at least 1 MiB (nvidia-cuda-mps-control
+// takes whole megabytes; upstream refuses smaller ones at Prepare).
+StatusOr<std::int64_t> PinnedLimit(const json& value, std::string_view field) {
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  StatusOr<std::int64_t> bytes = k8s::ParseQuantityValue(text);
+  if (!bytes.ok()) return common::InvalidArgumentError(fmt::format("{}: {}", field, bytes.status().message()));
+  if (*bytes < kMebibyte) {
+    return common::InvalidArgumentError(
+        fmt::format("{}: {} is below the smallest limit MPS takes, 1Mi; give a value such as 512Mi or 10Gi",
+                    field, text));
+  }
+  return bytes;
+}
+
+// upstream's MpsConfig.Validate (the percentage) plus the limits, which
+// upstream only finds wrong at Prepare.
+Status ValidateMps(const json& mps, const std::string& where) {
+  if (!mps.is_object()) return common::OkStatus();
+  if (const json& percentage = JsonMember(mps, "defaultActiveThreadPercentage"); percentage.is_number_integer()) {
+    const auto value = percentage.get<std::int64_t>();
+    if (value < 0 || value > 100) {
+      return common::InvalidArgumentError(fmt::format(
+          "{}.defaultActiveThreadPercentage: {} is out of range; give a percentage from 0 to 100", where, value));
+    }
+  }
+  if (const json& limit = JsonMember(mps, "defaultPinnedDeviceMemoryLimit"); !limit.is_null()) {
+    RETURN_IF_ERROR(PinnedLimit(limit, where + ".defaultPinnedDeviceMemoryLimit").status());
+  }
+  const json& per_device = JsonMember(mps, "defaultPerDevicePinnedMemoryLimit");
+  if (per_device.is_object()) {
+    for (const auto& [device, limit] : per_device.items()) {
+      const std::string field = fmt::format("{}.defaultPerDevicePinnedMemoryLimit[{}]", where, device);
+      if (device.empty()) {
+        return common::InvalidArgumentError(
+            field + ": empty device key; use a device UUID (GPU-... or MIG-...) or an index into the request's devices");
+      }
+      RETURN_IF_ERROR(PinnedLimit(limit, field).status());
+    }
+  }
+  return common::OkStatus();
+}
+
 // upstream's GpuSharing/MigDeviceSharing Validate, plus what upstream only
 // finds at Prepare (mpsConfig under TimeSlicing and the reverse) or not at
 // all (timeSlicingConfig without an interval panics there).
@@ -198,10 +243,7 @@ Status ValidateSharing(const json& object, std::string_view where,
         "{}.sharing.timeSlicingConfig: only with strategy TimeSlicing; remove it or set strategy: TimeSlicing",
         where));
   }
-  return common::UnimplementedError(fmt::format(
-      "{}.sharing: the MPS sharing strategy is not supported by this driver version yet; use TimeSlicing, or "
-      "remove sharing for exclusive access",
-      where));
+  return ValidateMps(JsonMember(*sharing, "mpsConfig"), fmt::format("{}.sharing.mpsConfig", where));
 }
 
 // A Kubernetes UID in RFC 4122 text form (8-4-4-4-12 hex digits), as the API
@@ -378,12 +420,64 @@ std::string_view TimeSliceIntervalName(TimeSliceInterval interval) {
   return "Default";
 }
 
+namespace {
+
+// For a config that passed ValidateMps: every value parses.
+MpsSharing DecodeMps(const json& mps) {
+  MpsSharing decoded;
+  if (!mps.is_object()) return decoded;
+  if (const json& percentage = JsonMember(mps, "defaultActiveThreadPercentage"); percentage.is_number_integer()) {
+    decoded.default_active_thread_percentage = percentage.get<int>();
+  }
+  if (const json& limit = JsonMember(mps, "defaultPinnedDeviceMemoryLimit"); !limit.is_null()) {
+    decoded.default_pinned_device_memory_limit = PinnedLimit(limit, "").value_or(kMebibyte);
+  }
+  if (const json& per_device = JsonMember(mps, "defaultPerDevicePinnedMemoryLimit"); per_device.is_object()) {
+    for (const auto& [device, limit] : per_device.items()) {
+      decoded.per_device_pinned_memory_limit[device] = PinnedLimit(limit, "").value_or(kMebibyte);
+    }
+  }
+  if (const json& multi_user = JsonMember(mps, "multiUser"); multi_user.is_boolean()) {
+    decoded.multi_user = multi_user.get<bool>();
+  }
+  return decoded;
+}
+
+std::string Megabytes(std::int64_t bytes) { return fmt::format("{}M", bytes / kMebibyte); }
+
+}  // namespace
+
+StatusOr<std::map<std::string, std::string>> MpsPinnedMemoryLimits(const MpsSharing& mps,
+                                                                   const std::vector<std::string>& uuids,
+                                                                   std::string_view where) {
+  std::map<std::string, std::string> limits;
+  if (mps.default_pinned_device_memory_limit) {
+    for (const std::string& uuid : uuids) limits[uuid] = Megabytes(*mps.default_pinned_device_memory_limit);
+  }
+  for (const auto& [key, bytes] : mps.per_device_pinned_memory_limit) {
+    std::string uuid;
+    if (std::find(uuids.begin(), uuids.end(), key) != uuids.end()) {
+      uuid = key;
+    } else if (!key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+               key.size() < 6 && std::stoul(key) < uuids.size()) {
+      uuid = uuids[std::stoul(key)];
+    } else {
+      return common::InvalidArgumentError(fmt::format(
+          "{}.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[{}]: no such device in this request; use the UUID of "
+          "one of its {} device(s) or an index from 0 to {}",
+          where, key, uuids.size(), uuids.empty() ? 0 : uuids.size() - 1));
+    }
+    limits[uuid] = Megabytes(bytes);
+  }
+  return limits;
+}
+
 std::optional<Sharing> SharingOf(const OpaqueConfig& config) {
   if (config.kind != ConfigKind::kGpuConfig && config.kind != ConfigKind::kMigDeviceConfig) return std::nullopt;
   auto sharing = config.object.find("sharing");
   if (sharing == config.object.end() || !sharing->is_object()) return std::nullopt;
   const std::string strategy = JsonString(*sharing, "strategy");
-  if (strategy == kMpsStrategy) return MpsSharing{JsonMember(*sharing, "mpsConfig")};
+  if (strategy == kMpsStrategy) return DecodeMps(JsonMember(*sharing, "mpsConfig"));
   if (strategy != kTimeSlicingStrategy) return std::nullopt;
   TimeSlicing time_slicing;
   if (const std::string interval = JsonString(JsonMember(*sharing, "timeSlicingConfig"), "interval"); !interval.empty()) {

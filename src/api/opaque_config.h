@@ -12,7 +12,9 @@
 // name the field and the fix.
 // Thread-safety: values and pure functions.
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -57,7 +59,7 @@ OpaqueConfig DefaultConfig(ConfigKind kind);
 // featureGates value). kInvalidArgument names the field for values that are
 // wrong in any setting; kFailedPrecondition names the feature gate (and the
 // chart value) a sharing strategy needs; kUnimplemented for what this
-// version does not do yet (MPS, VFIO) instead of ignoring it.
+// version does not do yet (VFIO) instead of ignoring it.
 common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where,
                               const common::FeatureGates& gates);
 
@@ -73,11 +75,30 @@ struct TimeSlicing {
   TimeSliceInterval interval = TimeSliceInterval::kDefault;
   friend bool operator==(const TimeSlicing&, const TimeSlicing&) = default;
 };
-// sharing.strategy MPS (mpsConfig as given).
+// sharing.strategy MPS: mpsConfig's settings, as upstream's MpsConfig.
+// Limits are in bytes (quantities' values); ValidateConfig checks the
+// percentage (0..100) and that every limit is at least 1 MiB, the smallest
+// value nvidia-cuda-mps-control takes (it is given megabytes).
 struct MpsSharing {
-  nlohmann::json settings;
+  std::optional<int> default_active_thread_percentage;
+  std::optional<std::int64_t> default_pinned_device_memory_limit;
+  // defaultPerDevicePinnedMemoryLimit: keyed by a device UUID or by an index
+  // into the group's devices, as written; resolved against the devices at
+  // Prepare (MpsPinnedMemoryLimits).
+  std::map<std::string, std::int64_t> per_device_pinned_memory_limit;
+  bool multi_user = false;
   friend bool operator==(const MpsSharing&, const MpsSharing&) = default;
 };
+
+// The pinned memory limit per device UUID for a group whose devices have
+// `uuids` (in allocation order), as upstream's Normalize: the default limit
+// for every device, then each per-device entry, keyed by UUID or index.
+// Values in nvidia-cuda-mps-control's form, whole megabytes ("10240M").
+// kInvalidArgument naming the key for one that is neither a UUID of the
+// group nor an index into it.
+common::StatusOr<std::map<std::string, std::string>> MpsPinnedMemoryLimits(const MpsSharing& mps,
+                                                                           const std::vector<std::string>& uuids,
+                                                                           std::string_view where);
 using Sharing = std::variant<TimeSlicing, MpsSharing>;
 
 // The sharing a GpuConfig or MigDeviceConfig asks for; nullopt for exclusive

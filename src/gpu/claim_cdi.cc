@@ -47,6 +47,7 @@ Status GpuCdi::WriteClaimSpec(const std::string& claim_uid, const std::vector<Cl
                                     },
                                 },
                                 device.kind));
+    entry.edits.Append(device.extra_edits);
     spec_devices.push_back(std::move(entry));
   }
   const kubeletplugin::CdiSpec spec =

@@ -56,6 +56,8 @@ using NodeDeviceKind = std::variant<FullGpuDevice, MigSliceDevice>;
 struct ClaimDevice {
   std::string name;
   NodeDeviceKind kind;
+  // Added to the device's own edits (the MPS daemon's pipes, for instance).
+  kubeletplugin::CdiContainerEdits extra_edits{};
 };
 
 class GpuCdi {

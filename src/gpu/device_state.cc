@@ -1,10 +1,14 @@
 #include "gpu/device_state.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/crash_point.h"
+#include "common/log.h"
 #include "common/overloaded.h"
 #include "gpu/mig_profile.h"
 
@@ -48,8 +52,12 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
 }  // namespace
 
 GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
-                               bool shares_devices)
-    : inventory_(std::move(inventory)), cdi_(cdi), compute_policy_(compute_policy), shares_devices_(shares_devices) {
+                               bool shares_devices, MpsDaemons* mps)
+    : inventory_(std::move(inventory)),
+      cdi_(cdi),
+      compute_policy_(compute_policy),
+      shares_devices_(shares_devices),
+      mps_(mps) {
   for (const GpuInfo& gpu : inventory_.gpus) {
     if (!gpu.mig_enabled) {
       devices_.emplace(GpuDeviceName(gpu.minor), FullGpuDevice{gpu});
@@ -82,13 +90,33 @@ StatusOr<api::ConfigKind> GpuDeviceState::ConfigKindOf(const std::string& device
 StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const kubeletplugin::ClaimView& claim) {
   std::vector<PreparedDeviceGroup> groups;
   std::vector<ClaimDevice> spec_devices;
+  std::vector<std::string> daemons_not_ready;
   for (const api::ConfiguredResults& configured : claim.groups) {
     PreparedDeviceGroup group{.devices = {}, .config_state = kubeletplugin::GpuConfigState{}};
+    auto& config_state = std::get<kubeletplugin::GpuConfigState>(group.config_state);
+    // MPS first: its daemon's edits go to every device of the group.
+    kubeletplugin::CdiContainerEdits group_edits;
+    if (std::optional<MpsDaemonSpec> mps = MpsSpecOf(claim.ref.uid, configured)) {
+      if (shares_devices_) {
+        return common::FailedPreconditionError(
+            "sharing.strategy MPS is not supported while consumable shares are on (--consumable-shares, chart "
+            "value resources.gpus.consumableShares); use TimeSlicing, or request the GPU without sharing");
+      }
+      if (mps_ == nullptr) {
+        return common::FailedPreconditionError(
+            "sharing.strategy MPS needs the feature gate MPSSupport on the plugin (chart value "
+            "featureGates.MPSSupport=true)");
+      }
+      ASSIGN_OR_RETURN(const std::string id, mps_->Start(*mps));
+      if (!mps_->Ready(id)) daemons_not_ready.push_back(MpsDaemons::DeploymentName(id));
+      config_state.mps_control_daemon_id = id;
+      group_edits = mps_->CdiEdits(id);
+    }
     for (const api::AllocatedDevice& allocated : configured.results) {
       // ConfigKindOf found every device when the view was resolved.
       const NodeDeviceKind& kind = devices_.at(allocated.device);
       group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device)));
-      spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind});
+      spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind, .extra_edits = group_edits});
     }
     // Exclusive use applies nothing: the config state stays empty.
     const std::optional<api::Sharing> sharing = api::SharingOf(configured.config);
@@ -101,14 +129,76 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
         common::CrashPoint("prepare-after-time-slice");
       }
       // MIG devices only: accepted, nothing applied (upstream's no-op).
-      if (!gpus.empty()) std::get<kubeletplugin::GpuConfigState>(group.config_state).time_slice_applied = true;
+      if (!gpus.empty()) config_state.time_slice_applied = true;
     }
     groups.push_back(std::move(group));
+  }
+  if (!daemons_not_ready.empty()) {
+    return common::UnavailableError(fmt::format("waiting for the MPS control daemon Deployment {} to be Ready",
+                                                fmt::join(daemons_not_ready, ", ")));
   }
   common::CrashPoint("prepare-before-cdi-write");
   RETURN_IF_ERROR(cdi_.WriteClaimSpec(claim.ref.uid, spec_devices));
   common::CrashPoint("prepare-after-cdi-write");
   return groups;
+}
+
+std::optional<MpsDaemonSpec> GpuDeviceState::MpsSpecOf(const std::string& claim_uid,
+                                                       const api::ConfiguredResults& group) const {
+  const std::optional<api::Sharing> sharing = api::SharingOf(group.config);
+  const auto* mps = sharing ? std::get_if<api::MpsSharing>(&*sharing) : nullptr;
+  if (mps == nullptr) return std::nullopt;
+  MpsDaemonSpec spec{.claim_uid = claim_uid, .device_uuids = {}, .gpu_uuids = {}, .gpus_without_volta = {},
+                     .settings = *mps};
+  auto add_gpu = [&spec](const GpuInfo& gpu) {
+    if (std::find(spec.gpu_uuids.begin(), spec.gpu_uuids.end(), gpu.uuid) != spec.gpu_uuids.end()) return;
+    spec.gpu_uuids.push_back(gpu.uuid);
+    // Compute capability "major.minor": Volta is 7.0.
+    if (std::atoi(gpu.cuda_compute_capability.c_str()) < 7) spec.gpus_without_volta.push_back(gpu.uuid);
+  };
+  for (const api::AllocatedDevice& allocated : group.results) {
+    auto it = devices_.find(allocated.device);
+    if (it == devices_.end()) continue;
+    std::visit(common::Overloaded{
+                   [&](const FullGpuDevice& gpu) {
+                     spec.device_uuids.push_back(gpu.gpu.uuid);
+                     add_gpu(gpu.gpu);
+                   },
+                   [&](const MigSliceDevice& slice) {
+                     spec.device_uuids.push_back(slice.mig.uuid);
+                     add_gpu(slice.parent);
+                   },
+               },
+               it->second);
+  }
+  return spec;
+}
+
+Status GpuDeviceState::RollBackLeftover(const kubeletplugin::RecordedClaim& claim) {
+  // Kept: PrepareDevices redoes every step idempotently (same claim UID, same
+  // allocation), and undoing would delete the MPS daemon the claim waits for.
+  (void)claim;
+  return common::OkStatus();
+}
+
+bool GpuDeviceState::AwaitRetry(const kubeletplugin::ClaimView& claim, const Status& failure,
+                                std::chrono::steady_clock::time_point deadline) {
+  (void)failure;
+  if (mps_ == nullptr) return false;
+  std::vector<std::string> ids;
+  for (const api::ConfiguredResults& group : claim.groups) {
+    if (std::optional<MpsDaemonSpec> spec = MpsSpecOf(claim.ref.uid, group)) {
+      ids.push_back(MpsDaemons::DaemonId(spec->claim_uid, spec->device_uuids));
+    }
+  }
+  return !ids.empty() && mps_->WaitReady(ids, deadline);
+}
+
+Status GpuDeviceState::SweepLeftovers(const std::set<std::string>& claim_uids) {
+  if (mps_ == nullptr) return common::OkStatus();
+  ASSIGN_OR_RETURN(const int removed, mps_->Sweep(claim_uids));
+  if (removed > 0) LOG_INFO(0, "removed MPS control daemons of claims not in the checkpoint", {{"count", removed}});
+  return common::OkStatus();
 }
 
 std::map<std::string, std::string> GpuDeviceState::TimeSlicedGpus(const api::ConfiguredResults& group) const {
@@ -138,6 +228,28 @@ Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& clai
   }
   if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
     for (const api::ConfiguredResults& group : claim.view->groups) time_sliced.merge(TimeSlicedGpus(group));
+  }
+  // MPS daemons: those the entry records, and for a PrepareStarted leftover
+  // those its allocation may have started.
+  std::set<std::string> daemons;
+  for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
+    const auto* state = std::get_if<kubeletplugin::GpuConfigState>(&group.config_state);
+    if (state != nullptr && !state->mps_control_daemon_id.empty()) daemons.insert(state->mps_control_daemon_id);
+  }
+  if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+    for (const api::ConfiguredResults& group : claim.view->groups) {
+      if (std::optional<MpsDaemonSpec> spec = MpsSpecOf(claim.ref.uid, group)) {
+        daemons.insert(MpsDaemons::DaemonId(spec->claim_uid, spec->device_uuids));
+      }
+    }
+  }
+  for (const std::string& id : daemons) {
+    if (mps_ == nullptr) {
+      LOG_ERROR("cannot stop an MPS control daemon: MPSSupport is off on this plugin; delete its Deployment by hand",
+                {{"deployment", MpsDaemons::DeploymentName(id)}});
+      continue;
+    }
+    RETURN_IF_ERROR(mps_->Stop(id));
   }
   // The interval goes back to the default unless another prepared claim
   // still holds the GPU (shared under consumable shares, with the same

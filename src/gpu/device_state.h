@@ -15,14 +15,27 @@
 // GPUs a group records (or, for a PrepareStarted leftover, the GPUs its
 // allocation asked to time-slice: a crash may have come after the change).
 // On a MIG device TimeSlicing is accepted and changes nothing, as upstream.
-// MPS, VFIO and dynamic MIG fail validation with a clear "not supported yet".
+// MPS (gate MPSSupport, full GPUs and MIG devices): Prepare starts one MPS
+// control daemon per group (mps_daemon.h) and, until its Deployment is
+// Ready, answers kUnavailable, so that the ClaimPreparer waits outside the
+// node lock in AwaitRetry, woken by the Deployment watch; then records the
+// daemon's id (mpsControlDaemonID) and gives the group's devices the MPS
+// edits. A PrepareStarted leftover is kept (RollBackLeftover): Prepare
+// redoes each step idempotently and must not tear down a daemon it is
+// waiting for. Unprepare stops the daemon; SweepLeftovers removes daemons
+// of claims the checkpoint does not hold. MPS with consumable shares is
+// refused, as upstream. VFIO and dynamic MIG fail validation with a clear
+// "not supported yet".
 //
-// Ownership: owns its copy of the inventory; borrows the CDI generator and
-// the compute policy.
-// Thread-safety: the ClaimPreparer calls one method at a time (pu.lock);
-// the device map is immutable after construction.
+// Ownership: owns its copy of the inventory; borrows the CDI generator, the
+// compute policy and the MPS daemons (null with MPSSupport off).
+// Thread-safety: the ClaimPreparer calls one method at a time (pu.lock),
+// except AwaitRetry; the device map is immutable after construction.
 
+#include <chrono>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +43,7 @@
 #include "gpu/claim_cdi.h"
 #include "gpu/compute_policy.h"
 #include "gpu/discovery.h"
+#include "gpu/mps_daemon.h"
 #include "kubeletplugin/claim_device_backend.h"
 
 namespace nvdra::gpu {
@@ -41,7 +55,7 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // `shares_devices`: --consumable-shares is on, so claims with equal
   // configs may share a device (upstream's rule).
   GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
-                 bool shares_devices = false);
+                 bool shares_devices = false, MpsDaemons* mps = nullptr);
 
   std::vector<api::ConfigKind> DefaultConfigKinds() const override;
   common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
@@ -49,6 +63,10 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
       const kubeletplugin::ClaimView& claim) override;
   common::Status UnprepareDevices(const kubeletplugin::RecordedClaim& claim) override;
   bool SharesDevicesWithEqualConfigs() const override { return shares_devices_; }
+  common::Status RollBackLeftover(const kubeletplugin::RecordedClaim& claim) override;
+  bool AwaitRetry(const kubeletplugin::ClaimView& claim, const common::Status& failure,
+                  std::chrono::steady_clock::time_point deadline) override;
+  common::Status SweepLeftovers(const std::set<std::string>& claim_uids) override;
 
   // Devices this node can prepare, by name ("gpu-0", "gpu-0-mig-1g10gb-19-0").
   const std::map<std::string, NodeDeviceKind>& devices() const { return devices_; }
@@ -58,11 +76,14 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // The full GPUs of `group` that its config asks to time-slice, by device
   // name -> UUID.
   std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
+  // The MPS daemon `group` of `claim_uid` runs, when its config asks for MPS.
+  std::optional<MpsDaemonSpec> MpsSpecOf(const std::string& claim_uid, const api::ConfiguredResults& group) const;
 
   NodeInventory inventory_;
   const GpuCdi& cdi_;
   ComputePolicy& compute_policy_;
   const bool shares_devices_;
+  MpsDaemons* const mps_;
   std::map<std::string, NodeDeviceKind> devices_;  // refers into inventory_
 };
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
@@ -14,6 +15,7 @@
 #include "gpu/claim_cdi.h"
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
+#include "gpu/mps_daemon.h"
 #include "gpu/published_devices.h"
 #include "k8s/client_from_flags.h"
 #include "kubeletplugin/plugin_host.h"
@@ -34,6 +36,8 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<nvml::Library> nvml;
   std::unique_ptr<GpuCdi> cdi;
   std::unique_ptr<ComputePolicy> compute_policy;
+  std::unique_ptr<ApiMpsDeployments> mps_deployments;  // MPSSupport only
+  std::unique_ptr<MpsDaemons> mps;                     // MPSSupport only
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<kubeletplugin::PluginHost> host;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
@@ -44,6 +48,9 @@ PluginEnvironment PluginEnvironmentFromEnv() {
   PluginEnvironment environment;
   if (const char* path = std::getenv("NVDRA_BOOT_ID_FILE"); path != nullptr && *path != '\0') {
     environment.boot_id_file = path;
+  }
+  if (const char* dir = std::getenv("NVDRA_TEMPLATES_DIR"); dir != nullptr && *dir != '\0') {
+    environment.templates_dir = dir;
   }
   return environment;
 }
@@ -59,11 +66,50 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
   return resources;
 }
 
+// The MPS control daemons' parts: the template, the Deployment watch.
+StatusOr<std::unique_ptr<MpsDaemons>> StartMps(const PluginConfig& config, const common::FeatureGates& gates,
+                                               const PluginEnvironment& environment,
+                                               const std::filesystem::path& plugin_dir, k8s::Client& client,
+                                               ComputePolicy& compute_policy,
+                                               std::unique_ptr<ApiMpsDeployments>& deployments) {
+  const std::filesystem::path template_path = environment.templates_dir / kMpsDaemonTemplate;
+  StatusOr<std::string> template_text = common::ReadWholeFile(template_path);
+  if (!template_text.ok()) {
+    return common::NotFoundError(fmt::format("MPSSupport: the MPS control daemon template {} cannot be read ({}); "
+                                             "the driver's image ships it in /templates",
+                                             template_path.string(), template_text.status().message()));
+  }
+  ASSIGN_OR_RETURN(deployments,
+                   ApiMpsDeployments::Start(client, config.plugin.driver_namespace, std::chrono::seconds(60)));
+  MpsOptions options;
+  options.node_name = config.plugin.node_name;
+  options.driver_namespace = config.plugin.driver_namespace;
+  options.image_name = config.image_name;
+  options.image_pull_policy = config.image_pull_policy;
+  for (std::string_view rest = config.image_pull_secrets; !rest.empty();) {
+    const std::size_t comma = rest.find(',');
+    std::string name(rest.substr(0, comma));
+    if (!name.empty()) options.image_pull_secrets.push_back(std::move(name));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  options.service_account_name = config.service_account_name;
+  options.feature_gates = gates.ToString();
+  options.control_files_root = plugin_dir / "mps";
+  options.host_driver_root = config.plugin.nvidia_driver_root;
+  options.container_driver_root = config.plugin.container_driver_root;
+  options.template_text = *std::move(template_text);
+  return std::make_unique<MpsDaemons>(std::move(options), *deployments, compute_policy);
+}
+
 }  // namespace
 
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
-GpuKubeletPlugin::~GpuKubeletPlugin() = default;
+GpuKubeletPlugin::~GpuKubeletPlugin() {
+  // Claims waiting for an MPS daemon return now, so the server's shutdown
+  // does not wait out their deadline.
+  if (parts_ && parts_->mps_deployments) parts_->mps_deployments->Cancel();
+}
 
 StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const PluginConfig& config,
                                                                    const common::FeatureGates& gates,
@@ -115,8 +161,12 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   } else {
     parts->compute_policy = std::make_unique<MissingComputePolicy>(nvidia_smi.status());
   }
+  if (gates.Enabled(common::kMPSSupport)) {
+    ASSIGN_OR_RETURN(parts->mps, StartMps(config, gates, environment, plugin_dir, *parts->client,
+                                          *parts->compute_policy, parts->mps_deployments));
+  }
   parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi, *parts->compute_policy,
-                                                         publish.consumable_shares.enabled());
+                                                         publish.consumable_shares.enabled(), parts->mps.get());
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();

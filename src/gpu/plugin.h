@@ -29,9 +29,12 @@ struct PluginEnvironment {
   std::filesystem::path boot_id_file = "/proc/sys/kernel/random/boot_id";
   std::filesystem::path sysfs_root = "/sys";
   std::chrono::minutes reconcile_interval{10};
+  // Where the image ships templates/ (the MPS control daemon's Deployment).
+  std::filesystem::path templates_dir = "/templates";
 };
 
-// Reads the environment variables that tests use (NVDRA_BOOT_ID_FILE).
+// Reads the environment variables that tests use (NVDRA_BOOT_ID_FILE,
+// NVDRA_TEMPLATES_DIR).
 PluginEnvironment PluginEnvironmentFromEnv();
 
 class GpuKubeletPlugin final : public kubeletplugin::RunningPlugin {

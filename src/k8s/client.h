@@ -76,6 +76,7 @@ inline const ResourceRef kServiceAccounts{"", "v1", "serviceaccounts", true};
 inline const ResourceRef kEvents{"events.k8s.io", "v1", "events", true};
 inline const ResourceRef kLeases{"coordination.k8s.io", "v1", "leases", true};
 inline const ResourceRef kDaemonSets{"apps", "v1", "daemonsets", true};
+inline const ResourceRef kDeployments{"apps", "v1", "deployments", true};
 inline const ResourceRef kResourceSlices{"resource.k8s.io", "v1", "resourceslices", false};
 inline const ResourceRef kResourceClaims{"resource.k8s.io", "v1", "resourceclaims", true};
 inline const ResourceRef kResourceClaimTemplates{"resource.k8s.io", "v1", "resourceclaimtemplates", true};

@@ -9,6 +9,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "common/status.h"
 
 namespace nvdra::k8s {
 
@@ -21,5 +24,13 @@ std::string FormatBinarySI(std::int64_t value);
 // An integer quantity in DecimalSI format: the largest power-of-1000 suffix
 // that divides exactly ("1k", "5M", "999").
 std::string FormatDecimalSI(std::int64_t value);
+
+// The integer value of a quantity ("10Gi", "1.5G", "512Mi", "1e3", "100m"),
+// rounded up as resource.Quantity.Value() does ("100m" is 1). The grammar is
+// apimachinery's: an optional sign, digits with an optional fraction, then
+// one suffix: a binary one (Ki..Ei), a decimal one (n, u, m, "", k, M, G, T,
+// P, E) or an exponent (e3, E-2). kInvalidArgument for anything else and
+// for values beyond int64; the message says what a quantity looks like.
+common::StatusOr<std::int64_t> ParseQuantityValue(std::string_view text);
 
 }  // namespace nvdra::k8s

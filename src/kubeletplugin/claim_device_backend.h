@@ -92,6 +92,15 @@ class ClaimDeviceBackend {
   // one claim per device.
   virtual bool SharesDevicesWithEqualConfigs() const { return false; }
 
+  // Removes what the backend keeps outside the checkpoint (the GPU plugin's
+  // MPS daemons) for claims not in `claim_uids`, the checkpoint's claims in
+  // any state. Called by ClaimPreparer::Reconcile with pu.lock held, so no
+  // Prepare runs meanwhile. The default keeps nothing outside: OK.
+  virtual common::Status SweepLeftovers(const std::set<std::string>& claim_uids) {
+    (void)claim_uids;
+    return common::OkStatus();
+  }
+
   // Called with no lock held after PrepareDevices failed with kUnavailable
   // (`failure`). Blocks until what the claim waits for is there (return true:
   // the preparer retries at once), or until `deadline` or shutdown (false:

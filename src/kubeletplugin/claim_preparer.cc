@@ -453,6 +453,17 @@ StatusOr<int> ClaimPreparer::Reconcile() {
     }
     ++unprepared;
   }
+  // What the backend keeps outside the checkpoint, for claims it no longer
+  // holds; under the lock, so that a claim being prepared is in the
+  // checkpoint (PrepareStarted) before its backend state can be seen.
+  {
+    ASSIGN_OR_RETURN(Held held, Hold(nullptr));
+    std::set<std::string> uids;
+    for (const auto& [uid, entry] : held.checkpoint.claims) uids.insert(uid);
+    if (Status s = backend_.SweepLeftovers(uids); !s.ok()) {
+      LOG_ERROR("removing the backend's leftovers failed", {{"err", s}});
+    }
+  }
   return unprepared;
 }
 

@@ -130,7 +130,8 @@ class ClaimPreparer final : public DraDriver {
   std::map<std::string, std::string> UnprepareResourceClaims(const std::vector<ClaimRef>& claims) override;
 
   // Unprepares checkpointed claims whose ResourceClaim is gone or has another
-  // UID. Entries whose claim cannot be read (API down) are kept. With
+  // UID, then lets the backend sweep what it keeps for claims the checkpoint
+  // does not hold (ClaimDeviceBackend::SweepLeftovers). Entries whose claim cannot be read (API down) are kept. With
   // record_aborted, PrepareAborted entries are not looked up but dropped once
   // older than aborted_ttl (or without a readable abortedAt). Returns how many
   // entries were unprepared or dropped.

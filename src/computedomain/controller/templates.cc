@@ -1,11 +1,9 @@
 #include "computedomain/controller/templates.h"
 
-#include <cstdint>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 namespace nvdra::computedomain::controller {
 
@@ -14,40 +12,6 @@ using common::StatusOr;
 using nlohmann::json;
 
 namespace {
-
-json ScalarToJson(const YAML::Node& node) {
-  const std::string& text = node.Scalar();
-  // yaml-cpp tags quoted (and block) scalars "!", plain ones "?".
-  if (node.Tag() != "?") return text;
-  if (text == "true" || text == "True" || text == "TRUE") return true;
-  if (text == "false" || text == "False" || text == "FALSE") return false;
-  if (text == "null" || text == "Null" || text == "NULL" || text == "~" || text.empty()) return nullptr;
-  if (!text.empty() && (text.find_first_not_of("-0123456789") == std::string::npos)) {
-    std::int64_t value = 0;
-    std::istringstream in(text);
-    if (in >> value && in.eof()) return value;
-  }
-  return text;
-}
-
-json NodeToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& item : node) out[item.first.Scalar()] = NodeToJson(item.second);
-      return out;
-    }
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& item : node) out.push_back(NodeToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Scalar:
-      return ScalarToJson(node);
-    default:
-      return nullptr;
-  }
-}
 
 StatusOr<std::string> ReadText(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -62,40 +26,6 @@ StatusOr<std::string> ReadText(const std::filesystem::path& path) {
 }
 
 }  // namespace
-
-StatusOr<json> YamlToJson(std::string_view yaml) {
-  try {
-    return NodeToJson(YAML::Load(std::string(yaml)));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(fmt::format("YAML: {}", e.what()));
-  }
-}
-
-StatusOr<json> RenderTemplate(std::string_view name, std::string_view text, const TemplateValues& values) {
-  std::string out;
-  out.reserve(text.size());
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t open = text.find("${", pos);
-    if (open == std::string_view::npos) break;
-    const std::size_t close = text.find('}', open);
-    if (close == std::string_view::npos) break;
-    const std::string key(text.substr(open + 2, close - open - 2));
-    auto it = values.find(key);
-    if (it == values.end()) {
-      return InvalidArgumentError(fmt::format("template {}: no value for placeholder ${{{}}}", name, key));
-    }
-    out.append(text.substr(pos, open - pos));
-    out.append(it->second);
-    pos = close + 1;
-  }
-  out.append(text.substr(pos));
-  StatusOr<json> parsed = YamlToJson(out);
-  if (!parsed.ok()) {
-    return InvalidArgumentError(fmt::format("template {}: {}", name, parsed.status().message()));
-  }
-  return parsed;
-}
 
 StatusOr<Templates> Templates::Load(const std::filesystem::path& dir) {
   Templates out;

@@ -1,14 +1,8 @@
 #pragma once
 
 // The YAML templates compute-domain-controller renders per ComputeDomain
-// (templates/compute-domain-*.tmpl.yaml, shipped at /templates in the image):
-// `${KEY}` placeholders replaced by plain text, then parsed as YAML into
-// JSON. Defines: TemplateValues, RenderTemplate, YamlToJson, Templates.
-//
-// Scalars: quoted ones stay strings; plain ones become integers, booleans or
-// null when they read as such (YAML 1.2 core schema), else strings. So a
-// placeholder whose value must stay a string (a UID, "2") is quoted in the
-// template.
+// (templates/compute-domain-*.tmpl.yaml, shipped at /templates in the image),
+// rendered with k8s::RenderTemplate (k8s/object_template.h).
 //
 // Ownership: values. Thread-safety: Templates is immutable after Load and
 // safe to share.
@@ -21,20 +15,13 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "k8s/object_template.h"
 
 namespace nvdra::computedomain::controller {
 
-using TemplateValues = std::map<std::string, std::string>;
-
-// `text` with every ${KEY} replaced by values[KEY], then parsed. kInvalidArgument
-// naming `name` and the key for a placeholder without a value, and for YAML
-// that does not parse (with yaml-cpp's line and column).
-common::StatusOr<nlohmann::json> RenderTemplate(std::string_view name, std::string_view text,
-                                                const TemplateValues& values);
-
-// One YAML document as JSON (scalars as in the file comment).
-// kInvalidArgument when it does not parse.
-common::StatusOr<nlohmann::json> YamlToJson(std::string_view yaml);
+using k8s::RenderTemplate;
+using k8s::TemplateValues;
+using k8s::YamlToJson;
 
 inline constexpr std::string_view kDaemonSetTemplate = "compute-domain-daemon.tmpl.yaml";
 inline constexpr std::string_view kDaemonClaimTemplate = "compute-domain-daemon-claim-template.tmpl.yaml";

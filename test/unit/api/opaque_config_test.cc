@@ -116,18 +116,69 @@ TEST(ValidateConfig, TimeSlicingNeedsItsGateAndAValidInterval) {
   EXPECT_EQ(SharingOf(mig), Sharing(TimeSlicing{}));
 }
 
-TEST(ValidateConfig, MpsIsGatedAndNotSupportedYet) {
+TEST(ValidateConfig, MpsIsGatedAndChecksItsSettings) {
+  const common::FeatureGates on = GatesFrom("MPSSupport=true");
   const OpaqueConfig mps = Shared({{"strategy", "MPS"}});
   EXPECT_EQ(ValidateConfig(mps, "p", common::FeatureGates::Defaults()).code(),
             common::StatusCode::kFailedPrecondition);
-  common::Status status = ValidateConfig(mps, "p", GatesFrom("MPSSupport=true"));
-  EXPECT_EQ(status.code(), common::StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("not supported by this driver version yet"), std::string::npos);
+  EXPECT_TRUE(ValidateConfig(mps, "p", on).ok());
+  EXPECT_EQ(SharingOf(mps), Sharing(MpsSharing{}));
   common::Status mixed = ValidateConfig(Shared({{"strategy", "MPS"}, {"timeSlicingConfig", {{"interval", "Long"}}}}),
-                                        "p", GatesFrom("MPSSupport=true"));
+                                        "p", on);
   EXPECT_EQ(mixed.code(), common::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateConfig(Shared({{"strategy", "Sometimes"}}), "p", common::FeatureGates::Defaults()).code(),
             common::StatusCode::kInvalidArgument);
+
+  // upstream's quickstart settings decode to bytes.
+  const OpaqueConfig quickstart = Shared(
+      {{"strategy", "MPS"},
+       {"mpsConfig",
+        {{"defaultActiveThreadPercentage", 50},
+         {"defaultPinnedDeviceMemoryLimit", "10Gi"},
+         {"defaultPerDevicePinnedMemoryLimit", {{"0", "5Gi"}, {"GPU-b", 1048576}}},
+         {"multiUser", true}}}});
+  ASSERT_TRUE(ValidateConfig(quickstart, "p", on).ok());
+  MpsSharing expected;
+  expected.default_active_thread_percentage = 50;
+  expected.default_pinned_device_memory_limit = 10LL << 30;
+  expected.per_device_pinned_memory_limit = {{"0", 5LL << 30}, {"GPU-b", 1LL << 20}};
+  expected.multi_user = true;
+  EXPECT_EQ(SharingOf(quickstart), Sharing(expected));
+
+  auto message_of = [&](json mps_config) {
+    return ValidateConfig(Shared({{"strategy", "MPS"}, {"mpsConfig", mps_config}}), "p", on).message();
+  };
+  EXPECT_NE(message_of({{"defaultActiveThreadPercentage", 101}})
+                .find("p.sharing.mpsConfig.defaultActiveThreadPercentage: 101 is out of range"),
+            std::string::npos);
+  EXPECT_NE(message_of({{"defaultActiveThreadPercentage", -1}}).find("from 0 to 100"), std::string::npos);
+  EXPECT_NE(message_of({{"defaultPinnedDeviceMemoryLimit", "10GB"}})
+                .find("p.sharing.mpsConfig.defaultPinnedDeviceMemoryLimit: \"10GB\" is not a quantity"),
+            std::string::npos);
+  EXPECT_NE(message_of({{"defaultPinnedDeviceMemoryLimit", "1Ki"}}).find("below the smallest limit MPS takes, 1Mi"),
+            std::string::npos);
+  EXPECT_NE(message_of({{"defaultPerDevicePinnedMemoryLimit", {{"1", "x"}}}})
+                .find("p.sharing.mpsConfig.defaultPerDevicePinnedMemoryLimit[1]"),
+            std::string::npos);
+}
+
+TEST(MpsPinnedMemoryLimits, DefaultThenPerDeviceByUuidOrIndex) {
+  MpsSharing mps;
+  mps.default_pinned_device_memory_limit = 10LL << 30;
+  mps.per_device_pinned_memory_limit = {{"1", 5LL << 30}, {"GPU-a", (2LL << 30) + 1}};
+  auto limits = MpsPinnedMemoryLimits(mps, {"GPU-a", "GPU-b", "GPU-c"}, "p");
+  ASSERT_TRUE(limits.ok()) << limits.status().message();
+  EXPECT_EQ(*limits, (std::map<std::string, std::string>{{"GPU-a", "2048M"}, {"GPU-b", "5120M"}, {"GPU-c", "10240M"}}));
+
+  EXPECT_TRUE(MpsPinnedMemoryLimits(MpsSharing{}, {"GPU-a"}, "p")->empty());
+  mps.per_device_pinned_memory_limit = {{"3", 1LL << 30}};
+  auto out_of_range = MpsPinnedMemoryLimits(mps, {"GPU-a", "GPU-b", "GPU-c"}, "p");
+  ASSERT_FALSE(out_of_range.ok());
+  EXPECT_NE(out_of_range.status().message().find("defaultPerDevicePinnedMemoryLimit[3]: no such device"),
+            std::string::npos);
+  EXPECT_NE(out_of_range.status().message().find("index from 0 to 2"), std::string::npos);
+  mps.per_device_pinned_memory_limit = {{"GPU-z", 1LL << 30}};
+  EXPECT_FALSE(MpsPinnedMemoryLimits(mps, {"GPU-a"}, "p").ok());
 }
 
 // A claim allocation with results for gpu-0 (request "a") and a MIG device

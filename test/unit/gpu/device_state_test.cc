@@ -16,8 +16,10 @@
 #include <sstream>
 #include <string>
 
+#include "common/file_io.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/mig_profile.h"
+#include "gpu/mps_daemon.h"
 #include "kubeletplugin/cdi_spec.h"
 
 namespace nvdra::gpu {
@@ -232,6 +234,239 @@ TEST_F(GpuDeviceStateTest, AFailedPolicyChangeFailsPrepareBeforeTheSpecIsWritten
   ASSERT_FALSE(groups.ok());
   EXPECT_THAT(groups.status().message(), HasSubstr("Insufficient Permissions"));
   EXPECT_FALSE(fs::exists(SpecFile("uid-denied")));
+}
+
+// The daemons' Deployments as a map; readiness is set by the test.
+class FakeMpsDeployments final : public MpsDeployments {
+ public:
+  common::Status Create(const nlohmann::json& deployment) override {
+    ++creates;
+    objects[deployment["metadata"]["name"].get<std::string>()] = deployment;
+    return common::OkStatus();
+  }
+  common::Status Delete(const std::string& name) override {
+    deleted.push_back(name);
+    objects.erase(name);
+    return common::OkStatus();
+  }
+  bool Exists(const std::string& name) const override { return objects.contains(name); }
+  bool Ready(const std::string& name) const override { return ready.contains(name) && Exists(name); }
+  std::vector<std::string> NamesOnNode(const std::string& node) const override {
+    std::vector<std::string> names;
+    for (const auto& [name, object] : objects) {
+      if (object["spec"]["template"]["spec"]["nodeName"] == node) names.push_back(name);
+    }
+    return names;
+  }
+  bool WaitReady(const std::vector<std::string>& names, std::chrono::steady_clock::time_point) override {
+    ++waits;
+    // What the watch would deliver while the claim waits.
+    for (const std::string& name : names) ready.insert(name);
+    return true;
+  }
+  void Cancel() override {}
+
+  std::map<std::string, nlohmann::json> objects;
+  std::set<std::string> ready;
+  std::vector<std::string> deleted;
+  int creates = 0;
+  int waits = 0;
+};
+
+class GpuDeviceStateMpsTest : public GpuDeviceStateTest {
+ protected:
+  void SetUp() override {
+    GpuDeviceStateTest::SetUp();
+    auto text = common::ReadWholeFile(fs::path(NVDRA_SOURCE_DIR) / "templates" / kMpsDaemonTemplate);
+    ASSERT_TRUE(text.ok()) << text.status();
+    MpsOptions options;
+    options.node_name = "node-a";
+    options.driver_namespace = "nvidia-dra-driver";
+    options.image_name = "registry.example/dra:1";
+    options.feature_gates = "MPSSupport=true";
+    options.control_files_root = dir_ / "plugin" / "mps";
+    options.host_driver_root = "/run/nvidia/driver";
+    options.container_driver_root = Root();
+    options.template_text = *text;
+    options.mount_shm = [this](const fs::path& path) {
+      mounts_.push_back("mount " + path.filename().string());
+      return common::OkStatus();
+    };
+    options.unmount_shm = [this](const fs::path& path) {
+      mounts_.push_back("umount " + path.filename().string());
+      return common::OkStatus();
+    };
+    mps_ = std::make_unique<MpsDaemons>(std::move(options), deployments_, policy_);
+    // The fixture's inventory again, with compute capabilities.
+    NodeInventory inventory = state_->inventory();
+    inventory.gpus[0].cuda_compute_capability = "9.0";
+    inventory.gpus[1].cuda_compute_capability = "8.0";
+    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_, false, mps_.get());
+  }
+
+  // A group of `device` whose config asks for MPS with `mps_config`.
+  static api::ConfiguredResults Mps(api::ConfigKind kind, const std::string& device,
+                                    nlohmann::json mps_config = nullptr) {
+    api::ConfiguredResults group = Group(kind, device);
+    group.config.object["sharing"] = {{"strategy", "MPS"}};
+    if (!mps_config.is_null()) group.config.object["sharing"]["mpsConfig"] = mps_config;
+    return group;
+  }
+
+  static std::map<std::string, std::string> Env(const nlohmann::json& deployment) {
+    std::map<std::string, std::string> env;
+    for (const auto& item : deployment["spec"]["template"]["spec"]["containers"][0]["env"]) {
+      env[item["name"]] = item.value("value", "");
+    }
+    return env;
+  }
+
+  FakeMpsDeployments deployments_;
+  std::vector<std::string> mounts_;
+  std::unique_ptr<MpsDaemons> mps_;
+};
+
+TEST_F(GpuDeviceStateMpsTest, PrepareStartsTheDaemonWaitsForItAndUnprepareStopsIt) {
+  const kubeletplugin::ClaimView view{
+      .ref = {.uid = "0b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11", .name = "c", .ns = "ns"},
+      .groups = {Mps(api::ConfigKind::kGpuConfig, "gpu-0",
+                     {{"defaultActiveThreadPercentage", 50}, {"defaultPinnedDeviceMemoryLimit", "10Gi"}})}};
+  const std::string id = MpsDaemons::DaemonId(view.ref.uid, {"GPU-0000"});
+  EXPECT_EQ(id.size(), 36u + 1 + 5);
+  const std::string name = "mps-control-daemon-" + id;
+
+  // Not Ready yet: kUnavailable, with everything but the CDI spec in place.
+  auto first = state_->PrepareDevices(view);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), common::StatusCode::kUnavailable);
+  EXPECT_THAT(first.status().message(), HasSubstr(name));
+  EXPECT_FALSE(fs::exists(SpecFile(view.ref.uid)));
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 -c EXCLUSIVE_PROCESS"});
+  EXPECT_EQ(mounts_, std::vector<std::string>{"mount shm"});
+  const fs::path root = dir_ / "plugin" / "mps" / id;
+  for (const char* sub : {"pipe", "shm", "log"}) EXPECT_TRUE(fs::is_directory(root / sub)) << sub;
+
+  // The Deployment as upstream's template makes it.
+  ASSERT_TRUE(deployments_.objects.contains(name));
+  const nlohmann::json& deployment = deployments_.objects[name];
+  EXPECT_EQ(deployment["metadata"]["namespace"], "nvidia-dra-driver");
+  EXPECT_EQ(deployment["metadata"]["labels"]["app"], name);
+  EXPECT_EQ(deployment["spec"]["selector"]["matchLabels"]["app"], name);
+  const nlohmann::json& pod = deployment["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["nodeName"], "node-a");
+  EXPECT_EQ(pod["hostPID"], true);
+  EXPECT_EQ(pod["containers"][0]["image"], "registry.example/dra:1");
+  EXPECT_FALSE(pod.contains("serviceAccountName"));
+  const auto env = Env(deployment);
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-0000");
+  EXPECT_EQ(env.at("MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE"), "50");
+  EXPECT_EQ(env.at("MPS_DEFAULT_PINNED_DEVICE_MEMORY_LIMITS"), "GPU-0000=10240M");
+  EXPECT_EQ(env.at("MPS_DAEMON_FLAGS"), "");
+  EXPECT_EQ(env.at("FEATURE_GATES"), "MPSSupport=true");
+  std::map<std::string, std::string> host_paths;
+  for (const auto& volume : pod["volumes"]) host_paths[volume["name"]] = volume["hostPath"]["path"];
+  EXPECT_EQ(host_paths.at("driver-root"), "/run/nvidia/driver");
+  EXPECT_EQ(host_paths.at("mps-pipe-directory"), (root / "pipe").string());
+  EXPECT_EQ(host_paths.at("mps-shm-directory"), (root / "shm").string());
+  EXPECT_EQ(host_paths.at("mps-log-directory"), (root / "log").string());
+
+  // The preparer waits outside the lock, then prepares again: nothing is
+  // made twice, and the devices get the daemon's pipes.
+  EXPECT_TRUE(state_->AwaitRetry(view, first.status(), std::chrono::steady_clock::now()));
+  EXPECT_TRUE(state_->RollBackLeftover({.ref = view.ref, .entry = {}, .view = view}).ok());
+  policy_.calls.clear();
+  auto second = state_->PrepareDevices(view);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(deployments_.creates, 1);
+  EXPECT_TRUE(policy_.calls.empty());
+  EXPECT_EQ(std::get<kubeletplugin::GpuConfigState>((*second)[0].config_state).mps_control_daemon_id, id);
+  auto spec = common::ReadWholeFile(SpecFile(view.ref.uid));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_THAT(*spec, HasSubstr("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"));
+  EXPECT_THAT(*spec, HasSubstr((root / "pipe").string()));
+  EXPECT_THAT(*spec, HasSubstr((root / "shm").string()));
+
+  kubeletplugin::CheckpointedClaim entry;
+  entry.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  entry.prepared_devices = *second;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+  EXPECT_EQ(deployments_.deleted, std::vector<std::string>{name});
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 -c DEFAULT"});
+  EXPECT_EQ(mounts_.back(), "umount shm");
+  EXPECT_FALSE(fs::exists(root));
+  EXPECT_FALSE(fs::exists(SpecFile(view.ref.uid)));
+}
+
+TEST_F(GpuDeviceStateMpsTest, MigDevicesRunTheDaemonOnTheirUuidAndSetTheParentsMode) {
+  const kubeletplugin::ClaimView view{
+      .ref = {.uid = "1b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11", .name = "c", .ns = "ns"},
+      .groups = {Mps(api::ConfigKind::kMigDeviceConfig, mig_name_, {{"defaultPerDevicePinnedMemoryLimit", {{"0", "1Gi"}}}})}};
+  ASSERT_EQ(state_->PrepareDevices(view).status().code(), common::StatusCode::kUnavailable);
+  const std::string name = MpsDaemons::DeploymentName(MpsDaemons::DaemonId(view.ref.uid, {"MIG-0002-5"}));
+  ASSERT_TRUE(deployments_.objects.contains(name));
+  const auto env = Env(deployments_.objects[name]);
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "MIG-0002-5");
+  EXPECT_EQ(env.at("MPS_DEFAULT_PINNED_DEVICE_MEMORY_LIMITS"), "MIG-0002-5=1024M");
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0002 -c EXCLUSIVE_PROCESS"});
+
+  // A crash before the checkpoint recorded the daemon: the PrepareStarted
+  // leftover's allocation says which daemon to stop.
+  const kubeletplugin::CheckpointedClaim started;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = started, .view = view}).ok());
+  EXPECT_EQ(deployments_.deleted, std::vector<std::string>{name});
+  EXPECT_TRUE(fs::is_empty(dir_ / "plugin" / "mps"));
+}
+
+TEST_F(GpuDeviceStateMpsTest, SettingsThatDoNotFitTheDevicesFailBeforeAnythingStarts) {
+  // A per-device limit naming no device of the group.
+  const kubeletplugin::ClaimView bad_key{
+      .ref = {.uid = "2b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11", .name = "c", .ns = "ns"},
+      .groups = {Mps(api::ConfigKind::kGpuConfig, "gpu-0", {{"defaultPerDevicePinnedMemoryLimit", {{"3", "1Gi"}}}})}};
+  auto failed = state_->PrepareDevices(bad_key);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.status().message(), HasSubstr("defaultPerDevicePinnedMemoryLimit[3]: no such device"));
+  EXPECT_TRUE(deployments_.objects.empty());
+  EXPECT_TRUE(policy_.calls.empty());
+}
+
+TEST_F(GpuDeviceStateMpsTest, SweepRemovesDaemonsOfClaimsNotInTheCheckpoint) {
+  const std::string kept_uid = "3b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11";
+  const std::string gone_uid = "4b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11";
+  for (const std::string& uid : {kept_uid, gone_uid}) {
+    const kubeletplugin::ClaimView view{.ref = {.uid = uid, .name = "c", .ns = "ns"},
+                                        .groups = {Mps(api::ConfigKind::kGpuConfig, "gpu-0")}};
+    ASSERT_EQ(state_->PrepareDevices(view).status().code(), common::StatusCode::kUnavailable);
+  }
+  // A Deployment of another node is not this plugin's to remove.
+  deployments_.objects["mps-control-daemon-5b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11-abcde"] = {
+      {"metadata", {{"name", "mps-control-daemon-5b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11-abcde"}}},
+      {"spec", {{"template", {{"spec", {{"nodeName", "node-b"}}}}}}}};
+  policy_.calls.clear();
+  ASSERT_TRUE(state_->SweepLeftovers({kept_uid}).ok());
+  const std::string gone = MpsDaemons::DeploymentName(MpsDaemons::DaemonId(gone_uid, {"GPU-0000"}));
+  EXPECT_EQ(deployments_.deleted, std::vector<std::string>{gone});
+  EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 -c DEFAULT"});
+  EXPECT_TRUE(fs::exists(dir_ / "plugin" / "mps" / MpsDaemons::DaemonId(kept_uid, {"GPU-0000"})));
+  EXPECT_FALSE(fs::exists(dir_ / "plugin" / "mps" / MpsDaemons::DaemonId(gone_uid, {"GPU-0000"})));
+  EXPECT_EQ(deployments_.objects.size(), 2u);
+}
+
+TEST_F(GpuDeviceStateMpsTest, MpsIsRefusedWithConsumableShares) {
+  state_ = std::make_unique<GpuDeviceState>(state_->inventory(), *cdi_, policy_, true, mps_.get());
+  const kubeletplugin::ClaimView view{.ref = {.uid = "6b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11", .name = "c", .ns = "ns"},
+                                      .groups = {Mps(api::ConfigKind::kGpuConfig, "gpu-0")}};
+  auto failed = state_->PrepareDevices(view);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(failed.status().message(), HasSubstr("consumable shares"));
+  EXPECT_TRUE(deployments_.objects.empty());
+}
+
+TEST(MpsDaemonId, IsTheClaimUidAndAHashOfTheDevices) {
+  // sha256("GPU-a,GPU-b") starts with these five hex digits (upstream's rule).
+  EXPECT_EQ(MpsDaemons::DaemonId("uid", {"GPU-a", "GPU-b"}), "uid-95a93");
+  EXPECT_NE(MpsDaemons::DaemonId("uid", {"GPU-a", "GPU-b"}), MpsDaemons::DaemonId("uid", {"GPU-b", "GPU-a"}));
+  EXPECT_EQ(DefaultShmSize("/nonexistent"), "65536k");
 }
 
 }  // namespace

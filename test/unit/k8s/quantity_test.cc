@@ -27,5 +27,29 @@ TEST(Quantity, DecimalSI) {
   EXPECT_EQ(FormatDecimalSI(-2000), "-2k");
 }
 
+TEST(Quantity, ParsesValuesRoundedUp) {
+  EXPECT_EQ(*ParseQuantityValue("10Gi"), 10LL << 30);
+  EXPECT_EQ(*ParseQuantityValue("512Mi"), 512LL << 20);
+  EXPECT_EQ(*ParseQuantityValue("1.5G"), 1500000000);
+  EXPECT_EQ(*ParseQuantityValue("1e3"), 1000);
+  EXPECT_EQ(*ParseQuantityValue("5E-1"), 1);  // 0.5 rounds up
+  EXPECT_EQ(*ParseQuantityValue("100m"), 1);
+  EXPECT_EQ(*ParseQuantityValue("0.5Ki"), 512);
+  EXPECT_EQ(*ParseQuantityValue("2E"), 2000000000000000000);
+  EXPECT_EQ(*ParseQuantityValue("-1.5"), -1);
+  EXPECT_EQ(*ParseQuantityValue("+7"), 7);
+  EXPECT_EQ(*ParseQuantityValue("0"), 0);
+}
+
+TEST(Quantity, RefusesWhatIsNoQuantity) {
+  for (const char* text : {"", "Gi", "10GB", "1..5", "abc", "1e", "10 Gi", "1e9999", "9Ei", "99999999999999999999"}) {
+    auto value = ParseQuantityValue(text);
+    EXPECT_FALSE(value.ok()) << text;
+    if (!value.ok()) {
+      EXPECT_NE(value.status().message().find("such as 10Gi"), std::string::npos) << text;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nvdra::k8s

@@ -7,6 +7,7 @@ Inputs (in the raw directory given as argv[1]):
   informer.json              bench/informer/run: our informer and client-go's
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
   gpu_sharing_time_sliced.json  plugin-prepare-bench with a time-sliced claim (gpu_sharing.*)
+  gpu_sharing_mps.jsonl   test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
                              entry, Ready entry to the waiting channel claim prepared (JSON lines)
@@ -155,6 +156,17 @@ def cd_e2e(path, results):
                             "unit": "ms", "better": "lower"})
 
 
+def gpu_sharing_mps(path, results):
+    """test/simnode TestGPUSharingMPS/gpu-test-mps (SIMNODE_MPS_BENCH_OUT): one JSON line per figure."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                item = json.loads(line)
+                results.append({"name": item["name"], "value": round(item["value"], 1), "unit": item["unit"],
+                                "better": "lower"})
+
+
 def cd_scale(path, results):
     """test/simnode TestComputeDomainScaleBench (SIMNODE_CD_SCALE_OUT): one JSON line per figure and node
     count; cd_scale.<N>.<name>, the median where a size ran more than once."""
@@ -186,6 +198,8 @@ def main():
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)
+    if os.path.exists(os.path.join(raw, "gpu_sharing_mps.jsonl")):
+        gpu_sharing_mps(os.path.join(raw, "gpu_sharing_mps.jsonl"), results)
     if os.path.exists(os.path.join(raw, "cd_e2e.jsonl")):
         cd_e2e(os.path.join(raw, "cd_e2e.jsonl"), results)
     if os.path.exists(os.path.join(raw, "cd_scale.jsonl")):

@@ -143,6 +143,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f, ReadOnly: true})
 		}
 	}
+	// An image folder's own folders are the container's root file system:
+	// the pod's volumes and the CDI mounts go on top of them, as a real
+	// runtime mounts them over the image (a CDI mount at /tmp/x shows in an
+	// image that has /tmp).
+	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
+	if mapped && isDir(program) {
+		spec.Binds = append(spec.Binds, imageFolderBinds(program)...)
+	}
 	mounts, overlayBins := redirectSystemMounts(mountBinds(c.view))
 	spec.Binds = append(spec.Binds, mounts...)
 	for _, f := range devFiles {
@@ -163,14 +171,12 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	}
 
 	env := serviceEnv(c.view.Env, r.opts.APIServer)
-	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
 	pathEnv := defaultPath
 	if mapped && isDir(program) {
 		// An image of several programs (the driver's image): its bin/ is on
-		// PATH, its other top-level folders (templates/) appear at /<name>,
-		// and the container's command picks the program, as in a real image
-		// without an entrypoint.
-		spec.Binds = append(spec.Binds, imageFolderBinds(program)...)
+		// PATH, its other top-level folders (templates/) appear at /<name>
+		// (bound above), and the container's command picks the program, as
+		// in a real image without an entrypoint.
 		pathEnv = imageBinDir + ":" + defaultPath
 	} else if mapped {
 		target := filepath.Join(imageBinDir, filepath.Base(program))

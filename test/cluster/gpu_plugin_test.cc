@@ -14,10 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -53,6 +55,68 @@ std::string RunOutput(const std::string& command) {
   ::pclose(pipe);
   return out;
 }
+
+// Plays the kubelet for the MPS control daemons' pods, which nothing runs at
+// this tier: a pod that appears is marked Running and Ready (the ReplicaSet
+// and Deployment controllers then count it), a pod being deleted is removed
+// at once (the kubelet's final delete), so a foreground deletion of the
+// Deployment completes.
+class DaemonPodKubelet {
+ public:
+  explicit DaemonPodKubelet(k8s::Client& client)
+      : client_(client), thread_([this](std::stop_token stop) { Run(stop); }) {}
+
+ private:
+  void Run(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      k8s::WatchOptions options;
+      options.label_selector = "app";
+      options.timeout_seconds = 30;
+      auto stream = client_.Watch(k8s::resources::kPods, kNamespace, options, stop);
+      if (!stream.ok()) return;  // cancelled, or no server: nothing to play
+      while (true) {
+        auto event = (*stream)->Next(stop);
+        if (!event.ok() || !event->has_value()) break;
+        if ((*event)->type == k8s::WatchEventType::kAdded || (*event)->type == k8s::WatchEventType::kModified) {
+          Serve((*event)->object);
+        }
+      }
+    }
+  }
+
+  void Serve(json pod) {
+    const std::string name = pod["metadata"]["name"].get<std::string>();
+    if (name.rfind("mps-control-daemon-", 0) != 0) return;
+    if (pod["metadata"].contains("deletionTimestamp")) {
+      k8s::DeleteOptions now;
+      now.grace_period_seconds = 0;
+      (void)client_.Delete(k8s::resources::kPods, kNamespace, name, now);
+      return;
+    }
+    if (pod["status"].value("phase", "") == "Running") return;
+    const std::string at = "2026-01-01T00:00:00Z";
+    pod["status"]["phase"] = "Running";
+    pod["status"]["conditions"] = json::array({
+        {{"type", "PodScheduled"}, {"status", "True"}, {"lastTransitionTime", at}},
+        {{"type", "Initialized"}, {"status", "True"}, {"lastTransitionTime", at}},
+        {{"type", "ContainersReady"}, {"status", "True"}, {"lastTransitionTime", at}},
+        {{"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", at}},
+    });
+    pod["status"]["containerStatuses"] = json::array({{{"name", "mps-control-daemon"},
+                                                       {"ready", true},
+                                                       {"started", true},
+                                                       {"restartCount", 0},
+                                                       {"image", pod["spec"]["containers"][0]["image"]},
+                                                       {"imageID", ""},
+                                                       {"state", {{"running", {{"startedAt", at}}}}}}});
+    k8s::WriteOptions status;
+    status.subresource = "status";
+    (void)client_.Update(k8s::resources::kPods, kNamespace, pod, status);
+  }
+
+  k8s::Client& client_;
+  std::jthread thread_;
+};
 
 class GpuPluginTest : public ::testing::Test {
  protected:
@@ -179,9 +243,8 @@ class GpuPluginTest : public ::testing::Test {
   }
 
   // Runs the driver root's (simulated) nvidia-smi; its output.
-  std::string NvidiaSmi(const std::string& args) const {
-    return RunOutput((driver_root_ / "usr/bin/nvidia-smi").string() + " " + args);
-  }
+  std::string NvidiaSmi(const std::string& args) const { return RunOutput(NvidiaSmiCommand() + " " + args); }
+  std::string NvidiaSmiCommand() const { return (driver_root_ / "usr/bin/nvidia-smi").string(); }
 
   // The UUID of GPU `index` as nvidia-smi -L lists it.
   std::string GpuUuid(int index) const {
@@ -198,6 +261,61 @@ class GpuPluginTest : public ::testing::Test {
       return json::object();
     }
     return state["computePolicy"][uuid];
+  }
+
+  // The plugin, not yet started, with MPSSupport: its daemons' Deployments
+  // go to this test's namespace, their template comes from the checkout.
+  void UseMps() {
+    std::vector<std::string> argv =
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+    argv.push_back("--feature-gates=MPSSupport=true");
+    argv.push_back(std::string("--namespace=") + kNamespace);
+    std::vector<std::string> env = GpuPluginEnv(node_);
+    env.push_back("NVDRA_TEMPLATES_DIR=" NVDRA_SOURCE_DIR "/templates");
+    plugin_ = std::make_unique<PluginProcess>(argv, env, node_.log);
+  }
+
+  static json MpsConfig() {
+    return json{{"apiVersion", "resource.nvidia.com/v1beta1"},
+                {"kind", "GpuConfig"},
+                {"sharing",
+                 {{"strategy", "MPS"},
+                  {"mpsConfig", {{"defaultActiveThreadPercentage", 50}, {"defaultPinnedDeviceMemoryLimit", "10Gi"}}}}}};
+  }
+
+  // The MPS daemon Deployments of `claim` in the test namespace.
+  std::vector<json> DaemonDeployments(const json& claim) const {
+    std::vector<json> out;
+    auto list = shared_->client->List(k8s::resources::kDeployments, kNamespace);
+    if (!list.ok()) return out;
+    for (const json& item : (*list)["items"]) {
+      if (item["metadata"]["name"].get<std::string>().rfind("mps-control-daemon-" + Uid(claim) + "-", 0) == 0) {
+        out.push_back(item);
+      }
+    }
+    return out;
+  }
+
+  // Blocks until Deployment `name` of the test namespace is gone (a watch
+  // from the current state, not a poll); false after `timeout`.
+  bool WaitDeploymentGone(const std::string& name, std::chrono::seconds timeout = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto current = shared_->client->Get(k8s::resources::kDeployments, kNamespace, name);
+      if (!current.ok()) return k8s::IsNotFound(current.status());
+      k8s::WatchOptions options;
+      options.field_selector = "metadata.name=" + name;
+      options.resource_version = (*current)["metadata"]["resourceVersion"].get<std::string>();
+      options.timeout_seconds = 10;
+      auto stream = shared_->client->Watch(k8s::resources::kDeployments, kNamespace, options);
+      if (!stream.ok()) continue;
+      while (true) {
+        auto event = (*stream)->Next();
+        if (!event.ok() || !event->has_value()) break;
+        if ((*event)->type == k8s::WatchEventType::kDeleted) return true;
+      }
+    }
+    return false;
   }
 
   static json TimeSlicingConfig(const char* interval) {
@@ -360,6 +478,120 @@ TEST_F(GpuPluginTest, SurvivesACrashWhileTimeSlicing) {
     EXPECT_EQ(CheckpointState(Uid(claim)), "");
     plugin_->Stop();
   }
+}
+
+// MPS: Prepare starts a control daemon Deployment for the claim (from the
+// checkout's template), waits for its pod to be Ready, records the daemon in
+// the checkpoint and gives the device the daemon's pipes; Unprepare removes
+// the Deployment and folders and sets the GPU's compute mode back.
+TEST_F(GpuPluginTest, MpsStartsADaemonPerClaimAndUnprepareStopsIt) {
+  DaemonPodKubelet kubelet(*shared_->client);
+  const std::string uuid = GpuUuid(5);
+  UseMps();
+  StartPlugin();
+  json claim = CreateAllocatedClaim("mps-claim", "gpu-5", MpsConfig());
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareCompleted");
+  EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 3);  // EXCLUSIVE_PROCESS
+
+  const std::vector<json> deployments = DaemonDeployments(claim);
+  ASSERT_EQ(deployments.size(), 1u);
+  const json& deployment = deployments[0];
+  const std::string name = deployment["metadata"]["name"];
+  const std::string id = name.substr(std::string("mps-control-daemon-").size());
+  EXPECT_EQ(deployment["metadata"]["labels"]["app"], name);
+  EXPECT_EQ(deployment["spec"]["template"]["spec"]["nodeName"], kNodeName);
+  EXPECT_EQ(deployment["spec"]["template"]["spec"]["containers"][0]["image"], "test/image:v1");
+  json checkpoint = json::parse(ReadFile(PluginDir() / "checkpoint.json"));
+  EXPECT_EQ(checkpoint["v2"]["preparedClaims"][Uid(claim)]["preparedDevices"][0]["configState"]["mpsControlDaemonID"],
+            id);
+  const fs::path folder = PluginDir() / "mps" / id;
+  EXPECT_TRUE(fs::is_directory(folder / "pipe"));
+  const std::string spec = ReadFile(SpecPath(Uid(claim)));
+  EXPECT_NE(spec.find("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps"), std::string::npos) << spec;
+  EXPECT_NE(spec.find((folder / "pipe").string()), std::string::npos) << spec;
+
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(WaitDeploymentGone(name));
+  EXPECT_FALSE(fs::exists(folder));
+  EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 0);
+  EXPECT_EQ(CheckpointState(Uid(claim)), "");
+}
+
+// A kill at each new MPS step (folders made, compute mode set, Deployment
+// created, daemon Ready but the checkpoint not yet written): after a
+// restart the kubelet's retry prepares the claim with one daemon, and
+// Unprepare leaves no Deployment, folder or compute mode behind.
+TEST_F(GpuPluginTest, SurvivesACrashAtEveryMpsStep) {
+  DaemonPodKubelet kubelet(*shared_->client);
+  const std::string uuid = GpuUuid(5);
+  int index = 0;
+  for (const std::string point :
+       {"mps-after-folders", "mps-after-compute-mode", "mps-after-deployment", "prepare-after-devices"}) {
+    SCOPED_TRACE(point);
+    json claim = CreateAllocatedClaim("mps-crash-" + std::to_string(index++), "gpu-5", MpsConfig());
+    UseMps();
+    StartPlugin(point);
+    drav1::NodePrepareResourceResponse response;
+    EXPECT_FALSE(Prepare(claim, &response).ok()) << "the plugin answered instead of crashing";
+    EXPECT_EQ(plugin_->WaitExit(std::chrono::seconds(30)), common::kCrashPointExitCode);
+    EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareStarted");
+
+    UseMps();
+    StartPlugin();
+    ASSERT_TRUE(Prepare(claim, &response).ok());
+    ASSERT_EQ(response.error(), "");
+    EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 3);
+    const std::vector<json> deployments = DaemonDeployments(claim);
+    ASSERT_EQ(deployments.size(), 1u);
+    const std::string name = deployments[0]["metadata"]["name"];
+    std::string error;
+    ASSERT_TRUE(Unprepare(claim, &error).ok());
+    EXPECT_EQ(error, "");
+    EXPECT_TRUE(WaitDeploymentGone(name));
+    EXPECT_TRUE(fs::is_empty(PluginDir() / "mps"));
+    EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 0);
+    EXPECT_EQ(CheckpointState(Uid(claim)), "");
+    plugin_->Stop();
+  }
+}
+
+// Daemons no checkpointed claim holds (a discarded checkpoint, an entry
+// removed by hand) are removed when the plugin starts: its Deployment on
+// this node and its folder, with the GPU it recorded set back to DEFAULT.
+// Another node's daemon is left alone.
+TEST_F(GpuPluginTest, RemovesMpsDaemonsNoClaimHoldsAtStartUp) {
+  const std::string uuid = GpuUuid(3);
+  ASSERT_EQ(RunOutput(NvidiaSmiCommand() + " -i " + uuid + " -c EXCLUSIVE_PROCESS").find("rror"), std::string::npos);
+  const std::string leftover = "9f0c2f1e-0000-4000-8000-000000000001-abcde";
+  const std::string elsewhere = "9f0c2f1e-0000-4000-8000-000000000002-abcde";
+  const fs::path folder = PluginDir() / "mps" / leftover;
+  fs::create_directories(folder / "pipe");
+  { std::ofstream(folder / "gpus") << uuid << "\n"; }
+  for (const auto& [id, node] : {std::pair{leftover, std::string(kNodeName)}, std::pair{elsewhere, std::string("gpu-node-b")}}) {
+    json deployment = {
+        {"apiVersion", "apps/v1"},
+        {"kind", "Deployment"},
+        {"metadata", {{"name", "mps-control-daemon-" + id}, {"labels", {{"app", "mps-control-daemon-" + id}}}}},
+        {"spec",
+         {{"replicas", 0},
+          {"selector", {{"matchLabels", {{"app", "mps-control-daemon-" + id}}}}},
+          {"template",
+           {{"metadata", {{"labels", {{"app", "mps-control-daemon-" + id}}}}},
+            {"spec", {{"nodeName", node}, {"containers", json::array({{{"name", "c"}, {"image", "x"}}})}}}}}}}};
+    ASSERT_TRUE(shared_->client->Create(k8s::resources::kDeployments, kNamespace, deployment).ok());
+  }
+  UseMps();
+  StartPlugin();  // serves after its first reconcile, which sweeps
+  EXPECT_TRUE(WaitDeploymentGone("mps-control-daemon-" + leftover));
+  EXPECT_FALSE(fs::exists(folder));
+  EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 0);
+  EXPECT_TRUE(shared_->client->Get(k8s::resources::kDeployments, kNamespace, "mps-control-daemon-" + elsewhere).ok());
+  (void)shared_->client->Delete(k8s::resources::kDeployments, kNamespace, "mps-control-daemon-" + elsewhere);
 }
 
 // The plugin dies at each step of Prepare; after a restart the kubelet's

@@ -33,7 +33,7 @@ const (
 	cudaSampleImage = "nvcr.io/nvidia/k8s/cuda-sample"
 	// Set by ctest: the folder of the simulated nvidia-cuda-mps-control,
 	// which make-driver-root copies into every driver root.
-	envSimMPSDir = "NVDRA_SIMMPS_DIR"
+	envSimMPSDir    = "NVDRA_SIMMPS_DIR"
 	mpsDaemonPrefix = "mps-control-daemon-"
 	// nvidia-smi -c's EXCLUSIVE_PROCESS and DEFAULT in the mock's state file.
 	computeModeExclusiveProcess = 3
@@ -67,6 +67,7 @@ func TestGPUSharingMPS(t *testing.T) {
 	t.Setenv(envSimMPSDir, simmps)
 	opts := harness.Options{
 		Nodes:       1,
+		Verbosity:   3, // the kubelet's "Registered DRA plugin" line
 		Images:      map[string]string{chartImage: setup.image, cudaSampleImage: layOutCudaSampleImage(t, simmps)},
 		GPUProfiles: map[string]string{"sim-node-0": h100Profile},
 	}
@@ -77,6 +78,13 @@ func TestGPUSharingMPS(t *testing.T) {
 		"-f", writeValues(t, chartValues), "-f", writeValues(t, mpsChartValues))
 	waitForChartPlugins(ctx, t, env.client, 1, podReady)
 	waitForDriverSlices(ctx, t, env.client, gpuDriverName, 1)
+	// The kubelet takes pods for the driver once the plugin registered with
+	// it; a pod that comes sooner waits out the kubelet's retry backoff
+	// (~10 s), which the timings below are not about.
+	node := base.nodes.Nodes[0]
+	must(t, "plugin registered with the kubelet", waitForFile(ctx, node.LogPath(), func(log []byte) bool {
+		return countLines(log, `"Registered DRA plugin"`, `driverName="`+gpuDriverName+`"`) > 0
+	}))
 
 	// gpu-test-mps: one pod, two containers sharing one GPU through one MPS
 	// daemon with 50% of the threads and 10Gi of pinned memory.
@@ -95,7 +103,7 @@ func TestGPUSharingMPS(t *testing.T) {
 		t.Logf("mps pod: submission to Running %.0f ms; daemon Deployment seen %.0f ms after submission, Ready %.0f ms after that",
 			ms(running.Sub(submitted)), ms(created.Sub(submitted)), ms(ready.Sub(created)))
 		writeBenchFigures(t, os.Getenv("SIMNODE_MPS_BENCH_OUT"), map[string]float64{
-			"gpu_sharing.mps_pod_submission_to_running_ms":   ms(running.Sub(submitted)),
+			"gpu_sharing.mps_pod_submission_to_running_ms":    ms(running.Sub(submitted)),
 			"gpu_sharing.mps_submission_to_daemon_created_ms": ms(created.Sub(submitted)),
 			"gpu_sharing.mps_daemon_created_to_ready_ms":      ms(ready.Sub(created)),
 		})

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
 #include <utility>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "common/log.h"
 #include "common/overloaded.h"
 #include "gpu/mig_profile.h"
+#include "gpu/published_devices.h"
 
 namespace nvdra::gpu {
 
@@ -52,13 +54,28 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
 }  // namespace
 
 GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
-                               bool shares_devices, MpsDaemons* mps)
+                               GpuDeviceStateOptions options)
     : inventory_(std::move(inventory)),
       cdi_(cdi),
       compute_policy_(compute_policy),
-      shares_devices_(shares_devices),
-      mps_(mps) {
+      shares_devices_(options.shares_devices),
+      mps_(options.mps),
+      dynamic_mig_(options.dynamic_mig) {
   for (const GpuInfo& gpu : inventory_.gpus) {
+    if (dynamic_mig_ != nullptr && DynamicMigCapable(gpu)) {
+      // What BuildPublishedResources publishes for DynamicMIG.
+      if (!gpu.mig_enabled || gpu.architecture != "Ampere") {
+        devices_.emplace(GpuDeviceName(gpu.minor), FullGpuDevice{gpu});
+      }
+      for (const MigProfileInfo& profile : gpu.mig_profiles) {
+        if (profile.ci_profile_index == kMigRev1ComputeProfileIndex) continue;
+        for (const nvml::GpuInstancePlacement& placement : profile.placements) {
+          devices_.emplace(MigDeviceName(gpu.minor, profile.name.ToString(), profile.gi.id, placement.start),
+                           DynamicMigSlot{gpu, profile, placement});
+        }
+      }
+      continue;
+    }
     if (!gpu.mig_enabled) {
       devices_.emplace(GpuDeviceName(gpu.minor), FullGpuDevice{gpu});
       continue;
@@ -83,6 +100,7 @@ StatusOr<api::ConfigKind> GpuDeviceState::ConfigKindOf(const std::string& device
   return std::visit(common::Overloaded{
                         [](const FullGpuDevice&) { return api::ConfigKind::kGpuConfig; },
                         [](const MigSliceDevice&) { return api::ConfigKind::kMigDeviceConfig; },
+                        [](const DynamicMigSlot&) { return api::ConfigKind::kMigDeviceConfig; },
                     },
                     it->second);
 }
@@ -91,6 +109,7 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
   std::vector<PreparedDeviceGroup> groups;
   std::vector<ClaimDevice> spec_devices;
   std::vector<std::string> daemons_not_ready;
+  std::deque<MigDeviceInfo> created;  // dynamic MIG devices made here; the spec refers to them
   for (const api::ConfiguredResults& configured : claim.groups) {
     PreparedDeviceGroup group{.devices = {}, .config_state = kubeletplugin::GpuConfigState{}};
     auto& config_state = std::get<kubeletplugin::GpuConfigState>(group.config_state);
@@ -114,7 +133,23 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
     }
     for (const api::AllocatedDevice& allocated : configured.results) {
       // ConfigKindOf found every device when the view was resolved.
-      const NodeDeviceKind& kind = devices_.at(allocated.device);
+      const StateDeviceKind& state_kind = devices_.at(allocated.device);
+      // A dynamic MIG slot becomes the MIG device made for it now.
+      auto made = [&]() -> StatusOr<NodeDeviceKind> {
+        if (const auto* gpu = std::get_if<FullGpuDevice>(&state_kind)) return NodeDeviceKind(*gpu);
+        if (const auto* slice = std::get_if<MigSliceDevice>(&state_kind)) return NodeDeviceKind(*slice);
+        const auto& slot = std::get<DynamicMigSlot>(state_kind);
+        ASSIGN_OR_RETURN(const LiveMig live, dynamic_mig_->Create(slot.parent, slot.profile, slot.placement));
+        MigDeviceInfo& info = created.emplace_back();
+        info.uuid = live.uuid;
+        info.profile = slot.profile.name.ToString();
+        info.gi = slot.profile.gi;
+        info.gi_id = live.gi_id;
+        info.ci_id = live.ci_id;
+        info.placement = live.placement;
+        return NodeDeviceKind(MigSliceDevice{slot.parent, info});
+      };
+      ASSIGN_OR_RETURN(const NodeDeviceKind kind, made());
       group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device)));
       spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind, .extra_edits = group_edits});
     }
@@ -168,6 +203,8 @@ std::optional<MpsDaemonSpec> GpuDeviceState::MpsSpecOf(const std::string& claim_
                      spec.device_uuids.push_back(slice.mig.uuid);
                      add_gpu(slice.parent);
                    },
+                   // MPSSupport and DynamicMIG exclude each other (feature gates).
+                   [&](const DynamicMigSlot& slot) { add_gpu(slot.parent); },
                },
                it->second);
   }
@@ -175,9 +212,25 @@ std::optional<MpsDaemonSpec> GpuDeviceState::MpsSpecOf(const std::string& claim_
 }
 
 Status GpuDeviceState::RollBackLeftover(const kubeletplugin::RecordedClaim& claim) {
-  // Kept: PrepareDevices redoes every step idempotently (same claim UID, same
-  // allocation), and undoing would delete the MPS daemon the claim waits for.
-  (void)claim;
+  // Dynamic MIG devices are destroyed (the next attempt makes them again;
+  // a placement someone else holds is then an error, not taken over). The
+  // rest is kept: PrepareDevices redoes each step idempotently (same claim
+  // UID, same allocation), and undoing would delete the MPS daemon the claim
+  // waits for.
+  return DestroyDynamicMigOf(claim);
+}
+
+Status GpuDeviceState::DestroyDynamicMigOf(const kubeletplugin::RecordedClaim& claim) {
+  if (dynamic_mig_ == nullptr || !claim.view.ok()) return common::OkStatus();
+  for (const api::ConfiguredResults& group : claim.view->groups) {
+    for (const api::AllocatedDevice& allocated : group.results) {
+      auto it = devices_.find(allocated.device);
+      const auto* slot = it == devices_.end() ? nullptr : std::get_if<DynamicMigSlot>(&it->second);
+      if (slot == nullptr || claim.held_by_other_claims.contains(allocated.device)) continue;
+      ASSIGN_OR_RETURN(const std::optional<LiveMig> live, dynamic_mig_->FindAt(slot->parent, slot->profile, slot->placement));
+      if (live) RETURN_IF_ERROR(dynamic_mig_->Destroy(slot->parent, live->gi_id));
+    }
+  }
   return common::OkStatus();
 }
 
@@ -194,11 +247,40 @@ bool GpuDeviceState::AwaitRetry(const kubeletplugin::ClaimView& claim, const Sta
   return !ids.empty() && mps_->WaitReady(ids, deadline);
 }
 
-Status GpuDeviceState::SweepLeftovers(const std::set<std::string>& claim_uids) {
-  if (mps_ == nullptr) return common::OkStatus();
-  ASSIGN_OR_RETURN(const int removed, mps_->Sweep(claim_uids));
-  if (removed > 0) LOG_INFO(0, "removed MPS control daemons of claims not in the checkpoint", {{"count", removed}});
-  return common::OkStatus();
+Status GpuDeviceState::SweepLeftovers(const kubeletplugin::Checkpoint& checkpoint) {
+  Status first_error = common::OkStatus();
+  if (mps_ != nullptr) {
+    std::set<std::string> uids;
+    for (const auto& [uid, entry] : checkpoint.claims) uids.insert(uid);
+    StatusOr<int> removed = mps_->Sweep(uids);
+    if (!removed.ok()) {
+      first_error = removed.status();
+    } else if (*removed > 0) {
+      LOG_INFO(0, "removed MPS control daemons of claims not in the checkpoint", {{"count", *removed}});
+    }
+  }
+  if (dynamic_mig_ != nullptr) {
+    // Instances completed claims hold stay; anything else (a leftover of a
+    // failed or crashed Prepare, or made by hand) goes, as upstream.
+    std::set<std::pair<std::string, std::uint32_t>> keep;
+    for (const auto& [uid, entry] : checkpoint.claims) {
+      if (entry.state != kubeletplugin::ClaimCheckpointState::kPrepareCompleted) continue;
+      for (const PreparedDeviceGroup& group : entry.prepared_devices) {
+        for (const kubeletplugin::PreparedDeviceEntry& device : group.devices) {
+          if (const auto* mig = std::get_if<kubeletplugin::PreparedMig>(&device.kind)) {
+            keep.insert({mig->parent_uuid, static_cast<std::uint32_t>(mig->gi_id)});
+          }
+        }
+      }
+    }
+    StatusOr<int> destroyed = dynamic_mig_->Sweep(inventory_.gpus, keep);
+    if (!destroyed.ok()) {
+      if (first_error.ok()) first_error = destroyed.status();
+    } else if (*destroyed > 0) {
+      LOG_INFO(0, "destroyed MIG devices no completed claim holds", {{"count", *destroyed}});
+    }
+  }
+  return first_error;
 }
 
 std::map<std::string, std::string> GpuDeviceState::TimeSlicedGpus(const api::ConfiguredResults& group) const {
@@ -241,6 +323,22 @@ Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& clai
       if (std::optional<MpsDaemonSpec> spec = MpsSpecOf(claim.ref.uid, group)) {
         daemons.insert(MpsDaemons::DaemonId(spec->claim_uid, spec->device_uuids));
       }
+    }
+  }
+  // Dynamic MIG devices: those the entry records, or for a PrepareStarted
+  // leftover those at its allocation's placements.
+  if (dynamic_mig_ != nullptr) {
+    for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
+      for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) {
+        const auto* mig = std::get_if<kubeletplugin::PreparedMig>(&entry.kind);
+        auto it = devices_.find(entry.device.device.device_name);
+        const auto* slot = it == devices_.end() ? nullptr : std::get_if<DynamicMigSlot>(&it->second);
+        if (mig == nullptr || slot == nullptr || claim.held_by_other_claims.contains(it->first)) continue;
+        RETURN_IF_ERROR(dynamic_mig_->Destroy(slot->parent, static_cast<std::uint32_t>(mig->gi_id)));
+      }
+    }
+    if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted) {
+      RETURN_IF_ERROR(DestroyDynamicMigOf(claim));
     }
   }
   for (const std::string& id : daemons) {

@@ -36,6 +36,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <variant>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,7 @@
 #include "gpu/claim_cdi.h"
 #include "gpu/compute_policy.h"
 #include "gpu/discovery.h"
+#include "gpu/dynamic_mig.h"
 #include "gpu/mps_daemon.h"
 #include "kubeletplugin/claim_device_backend.h"
 
@@ -50,12 +52,31 @@ namespace nvdra::gpu {
 
 inline constexpr std::string_view kDriverName = "gpu.nvidia.com";
 
+// A MIG device DynamicMIG publishes and Prepare creates: a profile at a
+// placement of a GPU.
+struct DynamicMigSlot {
+  const GpuInfo& parent;
+  const MigProfileInfo& profile;
+  nvml::GpuInstancePlacement placement;
+};
+
+// A device this node publishes, as the device state knows it.
+using StateDeviceKind = std::variant<FullGpuDevice, MigSliceDevice, DynamicMigSlot>;
+
+struct GpuDeviceStateOptions {
+  // --consumable-shares is on: claims with equal configs may share a device
+  // (upstream's rule).
+  bool shares_devices = false;
+  MpsDaemons* mps = nullptr;  // MPSSupport; null: off
+  // DynamicMIG: MIG-capable GPUs are the full GPU (unless an Ampere GPU has
+  // MIG on) plus every profile x placement, made at Prepare. Null: off.
+  const DynamicMig* dynamic_mig = nullptr;
+};
+
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
  public:
-  // `shares_devices`: --consumable-shares is on, so claims with equal
-  // configs may share a device (upstream's rule).
   GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, ComputePolicy& compute_policy,
-                 bool shares_devices = false, MpsDaemons* mps = nullptr);
+                 GpuDeviceStateOptions options = {});
 
   std::vector<api::ConfigKind> DefaultConfigKinds() const override;
   common::StatusOr<api::ConfigKind> ConfigKindOf(const std::string& device) const override;
@@ -66,16 +87,20 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   common::Status RollBackLeftover(const kubeletplugin::RecordedClaim& claim) override;
   bool AwaitRetry(const kubeletplugin::ClaimView& claim, const common::Status& failure,
                   std::chrono::steady_clock::time_point deadline) override;
-  common::Status SweepLeftovers(const std::set<std::string>& claim_uids) override;
+  common::Status SweepLeftovers(const kubeletplugin::Checkpoint& checkpoint) override;
 
   // Devices this node can prepare, by name ("gpu-0", "gpu-0-mig-1g10gb-19-0").
-  const std::map<std::string, NodeDeviceKind>& devices() const { return devices_; }
+  const std::map<std::string, StateDeviceKind>& devices() const { return devices_; }
   const NodeInventory& inventory() const { return inventory_; }
 
  private:
   // The full GPUs of `group` that its config asks to time-slice, by device
   // name -> UUID.
   std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
+  // Destroys the dynamic MIG devices at the placements of `claim`'s view
+  // that no other claim holds (a PrepareStarted leftover: the checkpoint
+  // does not say what was made).
+  common::Status DestroyDynamicMigOf(const kubeletplugin::RecordedClaim& claim);
   // The MPS daemon `group` of `claim_uid` runs, when its config asks for MPS.
   std::optional<MpsDaemonSpec> MpsSpecOf(const std::string& claim_uid, const api::ConfiguredResults& group) const;
 
@@ -84,7 +109,8 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   ComputePolicy& compute_policy_;
   const bool shares_devices_;
   MpsDaemons* const mps_;
-  std::map<std::string, NodeDeviceKind> devices_;  // refers into inventory_
+  const DynamicMig* const dynamic_mig_;
+  std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_
 };
 
 }  // namespace nvdra::gpu

@@ -1,6 +1,8 @@
 #include "gpu/plugin.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "gpu/claim_cdi.h"
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
+#include "gpu/dynamic_mig.h"
 #include "gpu/mps_daemon.h"
 #include "gpu/published_devices.h"
 #include "k8s/client_from_flags.h"
@@ -38,6 +41,7 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<ComputePolicy> compute_policy;
   std::unique_ptr<ApiMpsDeployments> mps_deployments;  // MPSSupport only
   std::unique_ptr<MpsDaemons> mps;                     // MPSSupport only
+  std::unique_ptr<DynamicMig> dynamic_mig;             // DynamicMIG only
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<kubeletplugin::PluginHost> host;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
@@ -57,13 +61,57 @@ PluginEnvironment PluginEnvironmentFromEnv() {
 
 namespace {
 
-kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const PublishedResources& published) {
-  kubeletplugin::DesiredSlice slice;
-  for (const PublishedDevice& device : published.devices) slice.devices.push_back(DeviceToJson(device));
-  for (const CounterSet& set : published.counter_sets) slice.shared_counters.push_back(CounterSetToJson(set));
+// How the pool's slices carry DynamicMIG's counter sets, as upstream: API
+// servers before 1.35 take one slice per GPU with its devices and counter set;
+// 1.35 and later one slice of counter sets, then one slice of devices per GPU.
+enum class CounterLayout { kNone, kCombined, kSplit };
+
+kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const PublishedResources& published,
+                                         CounterLayout layout) {
   kubeletplugin::DriverResources resources;
-  resources.pools[node_name].slices.push_back(std::move(slice));
+  auto& slices = resources.pools[node_name].slices;
+  if (layout == CounterLayout::kNone || published.counter_sets.empty()) {
+    kubeletplugin::DesiredSlice slice;
+    for (const PublishedDevice& device : published.devices) slice.devices.push_back(DeviceToJson(device));
+    for (const CounterSet& set : published.counter_sets) slice.shared_counters.push_back(CounterSetToJson(set));
+    slices.push_back(std::move(slice));
+    return resources;
+  }
+  // Devices by the counter set (GPU) they consume, in publishing order;
+  // devices that consume none (GPUs without MIG) share the first slice.
+  std::vector<std::string> order;
+  std::map<std::string, kubeletplugin::DesiredSlice> by_set;
+  for (const PublishedDevice& device : published.devices) {
+    const std::string set = device.consumes_counters.empty() ? "" : device.consumes_counters.front().counter_set;
+    if (!by_set.contains(set)) order.push_back(set);
+    by_set[set].devices.push_back(DeviceToJson(device));
+  }
+  if (layout == CounterLayout::kSplit) {
+    kubeletplugin::DesiredSlice counters;
+    for (const CounterSet& set : published.counter_sets) counters.shared_counters.push_back(CounterSetToJson(set));
+    slices.push_back(std::move(counters));
+  } else {
+    for (const CounterSet& set : published.counter_sets) {
+      by_set[set.name].shared_counters.push_back(CounterSetToJson(set));
+      by_set[set.name].counters_with_devices = true;
+      if (std::find(order.begin(), order.end(), set.name) == order.end()) order.push_back(set.name);
+    }
+  }
+  for (const std::string& set : order) slices.push_back(std::move(by_set[set]));
   return resources;
+}
+
+// The API server's minor version ("37", "37+" -> 37).
+StatusOr<int> ServerMinorVersion(k8s::Client& client) {
+  k8s::RestRequest request;
+  request.path = "/version";
+  auto response = client.Do(request);
+  if (!response.ok()) return response.status().WithContext("reading the API server's /version");
+  const nlohmann::json version = nlohmann::json::parse(response->body, nullptr, false);
+  const std::string minor = version.is_object() ? version.value("minor", "") : "";
+  const int value = std::atoi(minor.c_str());
+  if (value <= 0) return common::InternalError("the API server's /version has no minor version: " + response->body);
+  return value;
 }
 
 // The MPS control daemons' parts: the template, the Deployment watch.
@@ -133,6 +181,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   ASSIGN_OR_RETURN(NodeInventory inventory, DiscoverDevices(*parts->nvml, discovery));
   PublishOptions publish;
   publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
+  publish.dynamic_mig = gates.Enabled(common::kDynamicMIG);
   // Validated with the flags (and refused without the ConsumableShares gate).
   ASSIGN_OR_RETURN(publish.consumable_shares, ConsumableShares::Parse(config.consumable_shares));
   ASSIGN_OR_RETURN(PublishedResources published, BuildPublishedResources(inventory, publish));
@@ -165,14 +214,26 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
     ASSIGN_OR_RETURN(parts->mps, StartMps(config, gates, environment, plugin_dir, *parts->client,
                                           *parts->compute_policy, parts->mps_deployments));
   }
-  parts->device_state = std::make_unique<GpuDeviceState>(std::move(inventory), *parts->cdi, *parts->compute_policy,
-                                                         publish.consumable_shares.enabled(), parts->mps.get());
+  CounterLayout layout = CounterLayout::kNone;
+  if (publish.dynamic_mig) {
+    parts->dynamic_mig = std::make_unique<DynamicMig>(*parts->nvml);
+    ASSIGN_OR_RETURN(const int minor, ServerMinorVersion(*parts->client));
+    layout = minor < 35 ? CounterLayout::kCombined : CounterLayout::kSplit;
+    LOG_INFO(1, "DynamicMIG: partitionable devices",
+             {{"counterSets", published.counter_sets.size()}, {"serverMinor", minor},
+              {"layout", layout == CounterLayout::kSplit ? "split" : "combined"}});
+  }
+  parts->device_state = std::make_unique<GpuDeviceState>(
+      std::move(inventory), *parts->cdi, *parts->compute_policy,
+      GpuDeviceStateOptions{.shares_devices = publish.consumable_shares.enabled(),
+                            .mps = parts->mps.get(),
+                            .dynamic_mig = parts->dynamic_mig.get()});
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();
   host_options.preparer.gates = gates;
   host_options.boot_id_file = environment.boot_id_file;
-  host_options.resources = SlicesFor(config.plugin.node_name, published);
+  host_options.resources = SlicesFor(config.plugin.node_name, published, layout);
   // Specs of claims the checkpoint no longer has (discarded after a reboot
   // when the CDI root is on disk) would otherwise stay forever.
   host_options.after_reconcile = [cdi = parts->cdi.get()](kubeletplugin::ClaimPreparer& preparer) {

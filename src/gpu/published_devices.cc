@@ -125,15 +125,6 @@ void SortByName(std::vector<PublishedDevice>& devices) {
             [](const PublishedDevice& a, const PublishedDevice& b) { return a.name < b.name; });
 }
 
-// DynamicMIG publishes a GPU's profiles when it can change MIG mode without a
-// reset (Hopper and later), or when MIG is on already (Ampere).
-bool DynamicMigCapable(const GpuInfo& gpu) {
-  if (!gpu.mig_capable) return false;
-  bool toggles_without_reset = gpu.architecture == "Hopper" || gpu.architecture == "Blackwell" ||
-                               gpu.architecture == "Rubin";
-  return toggles_without_reset || gpu.mig_enabled;
-}
-
 void AddDynamicMig(const GpuInfo& gpu, const NodeVersions& node, const GpuVersions& versions,
                    const PublishOptions& options, PublishedResources& out) {
   std::map<std::string, std::int64_t> max_capacity;
@@ -142,7 +133,7 @@ void AddDynamicMig(const GpuInfo& gpu, const NodeVersions& node, const GpuVersio
   const std::uint32_t slices = gpu.MemorySliceCount();
   for (const MigProfileInfo& profile : gpu.mig_profiles) {
     // The 1-slice REV1 compute profile names the same devices as 1_SLICE.
-    if (profile.ci_profile_index == 0x7) continue;
+    if (profile.ci_profile_index == kMigRev1ComputeProfileIndex) continue;
     std::string profile_name = profile.name.ToString();
     for (const auto& placement : profile.placements) {
       PublishedDevice device =
@@ -174,6 +165,13 @@ void AddDynamicMig(const GpuInfo& gpu, const NodeVersions& node, const GpuVersio
 }
 
 }  // namespace
+
+bool DynamicMigCapable(const GpuInfo& gpu) {
+  if (!gpu.mig_capable) return false;
+  bool toggles_without_reset = gpu.architecture == "Hopper" || gpu.architecture == "Blackwell" ||
+                               gpu.architecture == "Rubin";
+  return toggles_without_reset || gpu.mig_enabled;
+}
 
 StatusOr<std::string> NormalizeVersion(const std::string& text) {
   std::string_view rest = text;

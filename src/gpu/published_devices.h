@@ -61,6 +61,14 @@ struct CapacityRequestPolicy {
 //  memory     each claim takes `memory` (default: all of it), 1Mi steps;
 //  unlimited  each claim takes `memory` (default: none), 1Mi steps;
 //  N > 0      as unlimited, plus a `shares` capacity of N (default 1).
+// Whether DynamicMIG publishes a GPU's MIG profiles: it can change MIG mode
+// without a reset (Hopper and later), or MIG is on already (Ampere).
+bool DynamicMigCapable(const GpuInfo& gpu);
+
+// The compute-instance profile index of the 1-slice REV1 variant, which names
+// the same devices as 1_SLICE and is not published.
+inline constexpr std::uint32_t kMigRev1ComputeProfileIndex = 0x7;
+
 struct ConsumableShares {
   enum class Mode { kDisabled, kMemory, kUnlimited, kShares };
   Mode mode = Mode::kDisabled;

@@ -93,11 +93,11 @@ class ClaimDeviceBackend {
   virtual bool SharesDevicesWithEqualConfigs() const { return false; }
 
   // Removes what the backend keeps outside the checkpoint (the GPU plugin's
-  // MPS daemons) for claims not in `claim_uids`, the checkpoint's claims in
-  // any state. Called by ClaimPreparer::Reconcile with pu.lock held, so no
+  // MPS daemons and dynamic MIG devices) that `checkpoint`'s claims do not
+  // hold. Called by ClaimPreparer::Reconcile with pu.lock held, so no
   // Prepare runs meanwhile. The default keeps nothing outside: OK.
-  virtual common::Status SweepLeftovers(const std::set<std::string>& claim_uids) {
-    (void)claim_uids;
+  virtual common::Status SweepLeftovers(const Checkpoint& checkpoint) {
+    (void)checkpoint;
     return common::OkStatus();
   }
 

@@ -458,9 +458,7 @@ StatusOr<int> ClaimPreparer::Reconcile() {
   // checkpoint (PrepareStarted) before its backend state can be seen.
   {
     ASSIGN_OR_RETURN(Held held, Hold(nullptr));
-    std::set<std::string> uids;
-    for (const auto& [uid, entry] : held.checkpoint.claims) uids.insert(uid);
-    if (Status s = backend_.SweepLeftovers(uids); !s.ok()) {
+    if (Status s = backend_.SweepLeftovers(held.checkpoint); !s.ok()) {
       LOG_ERROR("removing the backend's leftovers failed", {{"err", s}});
     }
   }

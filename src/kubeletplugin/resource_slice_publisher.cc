@@ -231,6 +231,20 @@ std::vector<json> SplitToApiLimits(const DesiredSlice& slice) {
     }
     if (!chunk.empty()) out.push_back({{"devices", std::move(chunk)}});
   }
+  if (slice.counters_with_devices && out.size() > 1 && out.front().contains("sharedCounters")) {
+    // Before 1.35: the counter sets ride with the first device slice.
+    json counters = std::move(out.front()["sharedCounters"]);
+    out.erase(out.begin());
+    while (!out.empty() && out.front().contains("sharedCounters")) {
+      for (auto& set : out.front()["sharedCounters"]) counters.push_back(std::move(set));
+      out.erase(out.begin());
+    }
+    if (out.empty()) {
+      out.push_back({{"sharedCounters", std::move(counters)}});
+    } else {
+      out.front()["sharedCounters"] = std::move(counters);
+    }
+  }
   if (out.empty()) out.push_back(json::object());
   return out;
 }

@@ -81,6 +81,10 @@ namespace nvdra::kubeletplugin {
 struct DesiredSlice {
   nlohmann::json devices = nlohmann::json::array();          // resource.k8s.io/v1 Device objects
   nlohmann::json shared_counters = nlohmann::json::array();  // CounterSets (may be empty)
+  // API servers before 1.35 take counter sets and the devices that consume
+  // them in one slice (the "combined" layout); 1.35 and later refuse that
+  // and get them in separate slices (the default).
+  bool counters_with_devices = false;
 };
 
 // One pool. No slices means no slices published for it (as if absent). One
@@ -120,7 +124,9 @@ struct PublisherStats {
 // of 1.35+: a slice holds devices or counter sets, never both (counter sets
 // first, at most 8 per slice); at most 128 devices per slice, 64 when any of
 // them has taints, consumesCounters or list-valued attributes. An empty
-// DesiredSlice yields one empty slice. Order is kept.
+// DesiredSlice yields one empty slice. Order is kept. With
+// counters_with_devices the counter sets go into the first device slice
+// instead (servers before 1.35).
 std::vector<nlohmann::json> SplitToApiLimits(const DesiredSlice& slice);
 
 class ResourceSlicePublisher {

@@ -328,6 +328,18 @@ StatusOr<MigMode> Device::GetMigMode() const {
   return MigMode{current == abi::NVML_DEVICE_MIG_ENABLE, pending == abi::NVML_DEVICE_MIG_ENABLE};
 }
 
+Status Device::SetMigMode(bool enabled) const {
+  abi::nvmlReturn_t activation = abi::NVML_SUCCESS;
+  NVDRA_NVML_CALL(library_, nvmlDeviceSetMigMode, handle_,
+                  enabled ? abi::NVML_DEVICE_MIG_ENABLE : abi::NVML_DEVICE_MIG_DISABLE, &activation);
+  if (activation != abi::NVML_SUCCESS) {
+    return common::FailedPreconditionError(
+        std::string("MIG mode ") + (enabled ? "enable" : "disable") +
+        " is pending until the GPU is reset (NVML activation status " + std::to_string(activation) + ")");
+  }
+  return common::OkStatus();
+}
+
 StatusOr<int> Device::ComputeMode() const {
   abi::nvmlComputeMode_t mode = abi::NVML_COMPUTEMODE_DEFAULT;
   NVDRA_NVML_CALL(library_, nvmlDeviceGetComputeMode, handle_, &mode);

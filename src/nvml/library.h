@@ -163,6 +163,10 @@ class Device {
   StatusOr<std::uint32_t> AddressingMode() const;  // NVML_DEVICE_ADDRESSING_MODE_*
   StatusOr<std::uint32_t> ModuleId() const;
   StatusOr<MigMode> GetMigMode() const;
+  // Switches MIG mode; kFailedPrecondition (IN_USE) while GPU instances
+  // exist. On GPUs that need a reset for it (Ampere) the change stays
+  // pending: kFailedPrecondition saying so.
+  Status SetMigMode(bool enabled) const;
   // NVML_COMPUTEMODE_* (read only: the plugin changes it through
   // nvidia-smi, as upstream, gpu/compute_policy.h).
   StatusOr<int> ComputeMode() const;

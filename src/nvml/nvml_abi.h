@@ -281,6 +281,7 @@ inline constexpr unsigned NVML_INIT_FLAG_NO_GPUS = 1;
   X(nvmlDeviceSetComputeMode, (nvmlDevice_t device, nvmlComputeMode_t mode))                 \
   X(nvmlDeviceGetMigMode, (nvmlDevice_t device, unsigned int* currentMode,                   \
                            unsigned int* pendingMode))                                       \
+  X(nvmlDeviceSetMigMode, (nvmlDevice_t device, unsigned int mode, nvmlReturn_t* activationStatus)) \
   X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))              \
   X(nvmlDeviceGetGpuInstanceProfileInfoV, (nvmlDevice_t device, unsigned int profile,        \
                                            nvmlGpuInstanceProfileInfo_v2_t* info))           \

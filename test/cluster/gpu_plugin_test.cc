@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -273,6 +274,35 @@ class GpuPluginTest : public ::testing::Test {
     std::vector<std::string> env = GpuPluginEnv(node_);
     env.push_back("NVDRA_TEMPLATES_DIR=" NVDRA_SOURCE_DIR "/templates");
     plugin_ = std::make_unique<PluginProcess>(argv, env, node_.log);
+  }
+
+  // The plugin, not yet started, with DynamicMIG.
+  void UseDynamicMig() {
+    std::vector<std::string> argv =
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+    argv.push_back("--feature-gates=DynamicMIG=true");
+    // The driver root's /proc stand-in (nvidia-caps major, MIG capability
+    // files), as the chart passes it on simulated nodes.
+    std::vector<std::string> env = GpuPluginEnv(node_);
+    env.push_back("ALT_PROC_DEVICES_PATH=" + (driver_root_ / "proc/devices").string());
+    plugin_ = std::make_unique<PluginProcess>(argv, env, node_.log);
+  }
+
+  // The GPU instances the mock NVML's state file records for `uuid`, as
+  // "<profileId>@<start>" (empty while the GPU has none).
+  std::vector<std::string> GpuInstances(const std::string& uuid) const {
+    std::vector<std::string> out;
+    json state = json::parse(ReadFile(driver_root_ / "mock-nvml/state.json"), nullptr, false);
+    if (state.is_discarded() || !state.contains("gpus") || !state["gpus"].contains(uuid)) return out;
+    for (const json& gi : state["gpus"][uuid].value("gpuInstances", json::array())) {
+      out.push_back(std::to_string(gi["profileId"].get<int>()) + "@" + std::to_string(gi["start"].get<int>()));
+    }
+    return out;
+  }
+  int MigModeOf(const std::string& uuid) const {
+    json state = json::parse(ReadFile(driver_root_ / "mock-nvml/state.json"), nullptr, false);
+    if (state.is_discarded() || !state.contains("gpus") || !state["gpus"].contains(uuid)) return -1;
+    return state["gpus"][uuid]["migMode"]["current"].get<int>();
   }
 
   static json MpsConfig() {
@@ -592,6 +622,117 @@ TEST_F(GpuPluginTest, RemovesMpsDaemonsNoClaimHoldsAtStartUp) {
   EXPECT_EQ(ComputePolicy(uuid)["computeMode"], 0);
   EXPECT_TRUE(shared_->client->Get(k8s::resources::kDeployments, kNamespace, "mps-control-daemon-" + elsewhere).ok());
   (void)shared_->client->Delete(k8s::resources::kDeployments, kNamespace, "mps-control-daemon-" + elsewhere);
+}
+
+// DynamicMIG on an H100 node (MIG capable, mode off): the full GPUs and
+// every profile x placement are published, with counter sets in slices of
+// their own (the 1.35+ layout this API server needs); a claim for a MIG
+// device gets it made at its placement (MIG mode on first), and Unprepare
+// destroys it (MIG mode off again).
+TEST_F(GpuPluginTest, DynamicMigMakesTheAllocatedDeviceAndUnprepareDestroysIt) {
+  const std::string uuid = GpuUuid(1);
+  UseDynamicMig();
+  StartPlugin();
+  auto slices = shared_->client->List(k8s::resources::kResourceSlices, "",
+                                      k8s::ListOptions{.field_selector = std::string("spec.nodeName=") + kNodeName +
+                                                                         ",spec.driver=" + kDriver});
+  ASSERT_TRUE(slices.ok());
+  std::set<std::string> devices;
+  int counter_slices = 0;
+  for (const json& slice : (*slices)["items"]) {
+    const json& spec = slice["spec"];
+    if (spec.contains("sharedCounters")) {
+      ++counter_slices;
+      EXPECT_FALSE(spec.contains("devices") && !spec["devices"].empty()) << "1.35+: counters and devices apart";
+    }
+    for (const json& device : spec.value("devices", json::array())) devices.insert(device["name"].get<std::string>());
+  }
+  EXPECT_GE(counter_slices, 1);
+  EXPECT_TRUE(devices.contains("gpu-1"));
+  EXPECT_TRUE(devices.contains("gpu-1-mig-1g10gb-19-3"));
+  EXPECT_TRUE(devices.contains("gpu-1-mig-7g80gb-0-0"));
+
+  json claim = CreateAllocatedClaim("dyn-mig", "gpu-1-mig-1g10gb-19-3");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  EXPECT_EQ(GpuInstances(uuid), std::vector<std::string>{"19@3"});
+  EXPECT_EQ(MigModeOf(uuid), 1);
+  json checkpoint = json::parse(ReadFile(PluginDir() / "checkpoint.json"));
+  const json& mig =
+      checkpoint["v2"]["preparedClaims"][Uid(claim)]["preparedDevices"][0]["devices"][0]["mig"]["concrete"];
+  EXPECT_EQ(mig.value("parentUUID", ""), uuid) << mig.dump();
+  EXPECT_EQ(mig.value("migUUID", "").rfind("MIG-", 0), 0u) << mig.dump();
+  const std::string spec = ReadFile(SpecPath(Uid(claim)));
+  EXPECT_NE(spec.find("nvidia-cap"), std::string::npos) << spec;
+
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(GpuInstances(uuid).empty());
+  EXPECT_EQ(MigModeOf(uuid), 0);
+}
+
+// A kill right after the GPU instance is made, after the compute instance,
+// and before the checkpoint records the device: the kubelet's retry after
+// the restart prepares the claim with exactly one instance, and Unprepare
+// leaves none.
+TEST_F(GpuPluginTest, SurvivesACrashAtEveryDynamicMigStep) {
+  const std::string uuid = GpuUuid(2);
+  int index = 0;
+  for (const std::string point : {"mig-after-gi", "mig-after-ci", "prepare-after-devices"}) {
+    SCOPED_TRACE(point);
+    json claim = CreateAllocatedClaim("dyn-mig-crash-" + std::to_string(index++), "gpu-2-mig-3g40gb-9-4");
+    UseDynamicMig();
+    StartPlugin(point);
+    drav1::NodePrepareResourceResponse response;
+    EXPECT_FALSE(Prepare(claim, &response).ok()) << "the plugin answered instead of crashing";
+    EXPECT_EQ(plugin_->WaitExit(std::chrono::seconds(30)), common::kCrashPointExitCode);
+    EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareStarted");
+
+    UseDynamicMig();
+    StartPlugin();
+    ASSERT_TRUE(Prepare(claim, &response).ok());
+    ASSERT_EQ(response.error(), "");
+    EXPECT_EQ(GpuInstances(uuid), std::vector<std::string>{"9@4"});
+    std::string error;
+    ASSERT_TRUE(Unprepare(claim, &error).ok());
+    EXPECT_EQ(error, "");
+    EXPECT_TRUE(GpuInstances(uuid).empty());
+    EXPECT_EQ(CheckpointState(Uid(claim)), "");
+    plugin_->Stop();
+  }
+}
+
+// At start-up, MIG devices no completed claim holds are destroyed (as
+// upstream: a hand-made instance too), and those a completed claim holds
+// stay.
+TEST_F(GpuPluginTest, DynamicMigSweepsUnheldInstancesAtStartUp) {
+  const std::string held_gpu = GpuUuid(3);
+  const std::string stray_gpu = GpuUuid(4);
+  UseDynamicMig();
+  StartPlugin();
+  json claim = CreateAllocatedClaim("dyn-mig-held", "gpu-3-mig-2g20gb-14-2");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  plugin_->Stop();
+
+  // A hand-made instance on GPU 4 while the plugin is down.
+  json state = json::parse(ReadFile(driver_root_ / "mock-nvml/state.json"));
+  state["gpus"][stray_gpu]["migMode"] = {{"current", 1}, {"pending", 1}};
+  state["gpus"][stray_gpu]["gpuInstances"] = json::array(
+      {{{"id", 1}, {"profileId", 19}, {"start", 0}, {"size", 1},
+        {"computeInstances", json::array({{{"id", 0}, {"profileId", 0}, {"start", 0}, {"size", 1}}})}}});
+  WriteFile(driver_root_ / "mock-nvml/state.json", state.dump());
+
+  UseDynamicMig();
+  StartPlugin();  // serves after its first reconcile, which sweeps
+  EXPECT_TRUE(GpuInstances(stray_gpu).empty());
+  EXPECT_EQ(GpuInstances(held_gpu), std::vector<std::string>{"14@2"});
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_TRUE(GpuInstances(held_gpu).empty());
 }
 
 // The plugin dies at each step of Prepare; after a restart the kubelet's

@@ -98,6 +98,26 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode
   return NVML_SUCCESS;
 }
 
+// As the driver: IN_USE while GPU instances exist; on an Ampere GPU the
+// change waits for a GPU reset (pending only, activation status
+// RESET_REQUIRED), later architectures switch at once.
+nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode, nvmlReturn_t* activationStatus) {
+  NVDRA_MOCKNVML_BEGIN();
+  NVDRA_MOCKNVML_RESOLVE(device, d);
+  if (activationStatus == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (mode != NVML_DEVICE_MIG_ENABLE && mode != NVML_DEVICE_MIG_DISABLE) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d.is_mig() || !d.gpu->mig) return NVML_ERROR_NOT_SUPPORTED;
+  const bool needs_reset = d.gpu->architecture == NVML_DEVICE_ARCH_AMPERE;
+  const nvmlReturn_t rc = MutateGpu(ctx, *d.gpu, [&](GpuMigState& mig) {
+    if (!mig.gpu_instances.empty()) return NVML_ERROR_IN_USE;
+    mig.pending_mode = mode;
+    if (!needs_reset) mig.current_mode = mode;
+    return NVML_SUCCESS;
+  });
+  *activationStatus = rc == NVML_SUCCESS && needs_reset ? NVML_ERROR_RESET_REQUIRED : rc;
+  return rc;
+}
+
 // 0 while MIG mode is off, as the probed H100 answers.
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int* count) {
   NVDRA_MOCKNVML_BEGIN();

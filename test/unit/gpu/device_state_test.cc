@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <string>
 
 #include "common/file_io.h"
 #include "gpu/claim_cdi.h"
+#include "gpu/dynamic_mig.h"
 #include "gpu/mig_profile.h"
 #include "gpu/mps_daemon.h"
 #include "kubeletplugin/cdi_spec.h"
@@ -301,7 +303,8 @@ class GpuDeviceStateMpsTest : public GpuDeviceStateTest {
     NodeInventory inventory = state_->inventory();
     inventory.gpus[0].cuda_compute_capability = "9.0";
     inventory.gpus[1].cuda_compute_capability = "8.0";
-    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_, false, mps_.get());
+    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_,
+                                              GpuDeviceStateOptions{.mps = mps_.get()});
   }
 
   // A group of `device` whose config asks for MPS with `mps_config`.
@@ -442,7 +445,9 @@ TEST_F(GpuDeviceStateMpsTest, SweepRemovesDaemonsOfClaimsNotInTheCheckpoint) {
       {"metadata", {{"name", "mps-control-daemon-5b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11-abcde"}}},
       {"spec", {{"template", {{"spec", {{"nodeName", "node-b"}}}}}}}};
   policy_.calls.clear();
-  ASSERT_TRUE(state_->SweepLeftovers({kept_uid}).ok());
+  kubeletplugin::Checkpoint checkpoint;
+  checkpoint.claims[kept_uid].state = kubeletplugin::ClaimCheckpointState::kPrepareStarted;
+  ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
   const std::string gone = MpsDaemons::DeploymentName(MpsDaemons::DaemonId(gone_uid, {"GPU-0000"}));
   EXPECT_EQ(deployments_.deleted, std::vector<std::string>{gone});
   EXPECT_EQ(policy_.calls, std::vector<std::string>{"GPU-0000 -c DEFAULT"});
@@ -452,7 +457,8 @@ TEST_F(GpuDeviceStateMpsTest, SweepRemovesDaemonsOfClaimsNotInTheCheckpoint) {
 }
 
 TEST_F(GpuDeviceStateMpsTest, MpsIsRefusedWithConsumableShares) {
-  state_ = std::make_unique<GpuDeviceState>(state_->inventory(), *cdi_, policy_, true, mps_.get());
+  state_ = std::make_unique<GpuDeviceState>(state_->inventory(), *cdi_, policy_,
+                                            GpuDeviceStateOptions{.shares_devices = true, .mps = mps_.get()});
   const kubeletplugin::ClaimView view{.ref = {.uid = "6b6e9a52-6f1e-4c0e-9a57-2f4f3b1f0c11", .name = "c", .ns = "ns"},
                                       .groups = {Mps(api::ConfigKind::kGpuConfig, "gpu-0")}};
   auto failed = state_->PrepareDevices(view);
@@ -467,6 +473,113 @@ TEST(MpsDaemonId, IsTheClaimUidAndAHashOfTheDevices) {
   EXPECT_EQ(MpsDaemons::DaemonId("uid", {"GPU-a", "GPU-b"}), "uid-95a93");
   EXPECT_NE(MpsDaemons::DaemonId("uid", {"GPU-a", "GPU-b"}), MpsDaemons::DaemonId("uid", {"GPU-b", "GPU-a"}));
   EXPECT_EQ(DefaultShmSize("/nonexistent"), "65536k");
+}
+
+// DynamicMIG over the fixture's a100-mig driver root (Ampere, MIG on; GPU 0
+// holds static instances): every profile x placement is a device of its own,
+// made at Prepare and destroyed at Unprepare or by the sweep.
+class GpuDeviceStateDynamicMigTest : public GpuDeviceStateTest {
+ protected:
+  void SetUp() override {
+    GpuDeviceStateTest::SetUp();
+    nvml::LibraryOptions options;
+    options.driver_root = Root();
+    auto library = nvml::Library::Open(options);
+    ASSERT_TRUE(library.ok()) << library.status();
+    library_ = std::move(*library);
+    DiscoveryOptions discovery;
+    discovery.sysfs_root = dir_ / "no-sysfs";
+    auto inventory = DiscoverDevices(*library_, discovery);
+    ASSERT_TRUE(inventory.ok()) << inventory.status();
+    mig_ = std::make_unique<DynamicMig>(*library_);
+    gpu0_ = inventory->gpus[0].uuid;
+    state_ = std::make_unique<GpuDeviceState>(std::move(*inventory), *cdi_, policy_,
+                                              GpuDeviceStateOptions{.dynamic_mig = mig_.get()});
+  }
+  void TearDown() override {
+    state_.reset();
+    GpuDeviceStateTest::TearDown();
+  }
+  // The GPU instances of GPU 0, as "<profile id>@<start>".
+  std::set<std::string> Instances() {
+    std::set<std::string> out;
+    auto device = library_->DeviceByUuid(gpu0_);
+    for (std::uint32_t profile : {0u, 5u, 9u, 14u, 15u, 19u, 20u}) {
+      auto instances = device->GpuInstances(profile);
+      if (!instances.ok()) continue;
+      for (const auto& instance : *instances) {
+        auto info = instance.Info();
+        out.insert(std::to_string(info->profileId) + "@" + std::to_string(info->placement.start));
+      }
+    }
+    return out;
+  }
+
+  std::unique_ptr<nvml::Library> library_;
+  std::unique_ptr<DynamicMig> mig_;
+  std::string gpu0_;
+};
+
+TEST_F(GpuDeviceStateDynamicMigTest, SlotsAreDevicesMadeAtPrepareAndDestroyedAtUnprepare) {
+  const std::string slot = MigDeviceName(0, "3g.20gb", 9, 0);
+  EXPECT_EQ(*state_->ConfigKindOf(slot), api::ConfigKind::kMigDeviceConfig);
+  EXPECT_EQ(*state_->ConfigKindOf(MigDeviceName(0, "1g.5gb", 19, 6)), api::ConfigKind::kMigDeviceConfig);
+  // An Ampere GPU with MIG on offers no full GPU.
+  EXPECT_FALSE(state_->ConfigKindOf("gpu-0").ok());
+
+  // The sweep of an empty checkpoint removes the static instances.
+  EXPECT_EQ(Instances().size(), 4u);
+  ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
+  EXPECT_TRUE(Instances().empty());
+
+  const kubeletplugin::ClaimView view{.ref = {.uid = "uid-dyn", .name = "c", .ns = "ns"},
+                                      .groups = {Group(api::ConfigKind::kMigDeviceConfig, slot)}};
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ(Instances(), std::set<std::string>{"9@0"});
+  const auto& mig = std::get<kubeletplugin::PreparedMig>((*groups)[0].devices.at(0).kind);
+  EXPECT_EQ(mig.parent_uuid, gpu0_);
+  EXPECT_EQ(mig.parent_minor, 0);
+  EXPECT_THAT(mig.mig_uuid, ::testing::StartsWith("MIG-"));
+  auto spec = common::ReadWholeFile(SpecFile("uid-dyn"));
+  ASSERT_TRUE(spec.ok());
+  // The GI's access capability: minor 3 + gpu*135 + gi*9 (make-driver-root).
+  EXPECT_THAT(*spec, HasSubstr("nvidia-cap" + std::to_string(3 + mig.gi_id * 9)));
+
+  // A completed claim's instance survives the sweep.
+  kubeletplugin::Checkpoint checkpoint;
+  checkpoint.claims["uid-dyn"].state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  checkpoint.claims["uid-dyn"].prepared_devices = *groups;
+  ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
+  EXPECT_EQ(Instances(), std::set<std::string>{"9@0"});
+
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = checkpoint.claims["uid-dyn"], .view = view}).ok());
+  EXPECT_TRUE(Instances().empty());
+  EXPECT_FALSE(fs::exists(SpecFile("uid-dyn")));
+}
+
+TEST_F(GpuDeviceStateDynamicMigTest, ALeftoverIsDestroyedBeforeTheRetryAndAForeignInstanceIsRefused) {
+  ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
+  const std::string slot = MigDeviceName(0, "2g.10gb", 14, 2);
+  const kubeletplugin::ClaimView view{.ref = {.uid = "uid-left", .name = "c", .ns = "ns"},
+                                      .groups = {Group(api::ConfigKind::kMigDeviceConfig, slot)}};
+  ASSERT_TRUE(state_->PrepareDevices(view).ok());
+  // A crash before the checkpoint write: the retry rolls the leftover back
+  // first, then makes the device again.
+  const kubeletplugin::CheckpointedClaim started;
+  ASSERT_TRUE(state_->RollBackLeftover({.ref = view.ref, .entry = started, .view = view}).ok());
+  EXPECT_TRUE(Instances().empty());
+  ASSERT_TRUE(state_->PrepareDevices(view).ok());
+  EXPECT_EQ(Instances(), std::set<std::string>{"14@2"});
+
+  // Another claim's device on the same slices fails with the holder named.
+  const kubeletplugin::ClaimView other{
+      .ref = {.uid = "uid-other", .name = "d", .ns = "ns"},
+      .groups = {Group(api::ConfigKind::kMigDeviceConfig, MigDeviceName(0, "3g.20gb", 9, 0))}};
+  auto refused = state_->PrepareDevices(other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("held by GPU instance"));
+  EXPECT_EQ(Instances(), std::set<std::string>{"14@2"});
 }
 
 }  // namespace

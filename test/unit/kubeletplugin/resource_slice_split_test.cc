@@ -93,5 +93,31 @@ TEST(SplitToApiLimitsTest, CounterSetsGetSlicesOfTheirOwnFirst) {
   for (std::size_t i = 2; i < 4; ++i) EXPECT_FALSE(slices[i].contains("sharedCounters"));
 }
 
+TEST(SplitToApiLimitsTest, CombinedLayoutKeepsCounterSetsWithTheFirstDeviceSlice) {
+  DesiredSlice slice;
+  slice.counters_with_devices = true;
+  slice.shared_counters = json::array({{{"name", "gpu-0-counter-set"}}, {{"name", "gpu-1-counter-set"}}});
+  for (int i = 0; i < 3; ++i) slice.devices.push_back(Plain(i));
+  auto slices = SplitToApiLimits(slice);
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0]["sharedCounters"].size(), 2u);
+  EXPECT_EQ(slices[0]["devices"].size(), 3u);
+
+  // Counter sets alone stay a slice of their own.
+  DesiredSlice counters_only;
+  counters_only.counters_with_devices = true;
+  counters_only.shared_counters = slice.shared_counters;
+  auto alone = SplitToApiLimits(counters_only);
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_FALSE(alone[0].contains("devices"));
+
+  // The split layout of 1.35+ (the default) for the same slice.
+  slice.counters_with_devices = false;
+  auto split = SplitToApiLimits(slice);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_FALSE(split[0].contains("devices"));
+  EXPECT_FALSE(split[1].contains("sharedCounters"));
+}
+
 }  // namespace
 }  // namespace nvdra::kubeletplugin

@@ -7,7 +7,8 @@ Inputs (in the raw directory given as argv[1]):
   informer.json              bench/informer/run: our informer and client-go's
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
   gpu_sharing_time_sliced.json  plugin-prepare-bench with a time-sliced claim (gpu_sharing.*)
-  gpu_sharing_mps.jsonl   test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
+  gpu_dynamic_mig.json       plugin-prepare-bench with a dynamic MIG device (gpu_mig.dynamic_*)
+  gpu_sharing_mps.jsonl      test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
                              entry, Ready entry to the waiting channel claim prepared (JSON lines)
@@ -156,6 +157,12 @@ def cd_e2e(path, results):
                             "unit": "ms", "better": "lower"})
 
 
+def gpu_dynamic_mig(path, results):
+    """Prepare/unprepare latency of a dynamic MIG device over the plugin's socket."""
+    with open(path) as f:
+        prepare_latency(json.load(f), results, lambda call, p: f"gpu_mig.dynamic_{call}_{p}_ms")
+
+
 def gpu_sharing_mps(path, results):
     """test/simnode TestGPUSharingMPS/gpu-test-mps (SIMNODE_MPS_BENCH_OUT): one JSON line per figure."""
     with open(path) as f:
@@ -195,6 +202,7 @@ def main():
         informer(os.path.join(raw, "informer.json"), results)
     for entry, collect in (("gpu_plugin_direct.json", gpu_plugin_direct),
                            ("gpu_sharing_time_sliced.json", gpu_sharing_time_sliced),
+                           ("gpu_dynamic_mig.json", gpu_dynamic_mig),
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)

@@ -5,7 +5,7 @@
 //
 // It starts a control plane (test/cluster), a Node object, a node folder with
 // the mock NVML driver root (h100-sxm), the plugin, and one ResourceClaim
-// allocated to gpu-0; then runs `--cycles` prepare + unprepare pairs, timing
+// allocated to gpu-0 (or --device); then runs `--cycles` prepare + unprepare pairs, timing
 // each call with a monotonic clock on this side of the socket. Every call is
 // checked (no gRPC error, no per-claim error, one device on prepare). The
 // plugin's memory is read from /proc/<pid>/status (VmRSS, RssAnon, RssFile,
@@ -174,6 +174,10 @@ int main(int argc, char** argv) {
   bool keep = false;
   std::string smaps_dir;
   std::string claim_config;
+  std::string device = "gpu-0";
+  app.add_option("--device", device,
+                 "the device the claim is allocated (default gpu-0; a MIG device such as gpu-0-mig-1g10gb-19-0 "
+                 "with --plugin-arg=--feature-gates=DynamicMIG=true)");
   app.add_option("--cycles", cycles, "prepare + unprepare pairs to time")->check(CLI::PositiveNumber);
   app.add_flag("--quick", quick, "100 cycles (a smoke run)");
   app.add_option("--verbosity", verbosity, "the plugin's -v (4 is the Helm chart's default)");
@@ -213,7 +217,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> plugin_argv =
       nvdra::testing::GpuPluginArgv(plugin, dir, kNodeName, cluster.cluster->kubeconfig().string(), verbosity);
   plugin_argv.insert(plugin_argv.end(), plugin_args.begin(), plugin_args.end());
-  nvdra::testing::PluginProcess process(plugin_argv, nvdra::testing::GpuPluginEnv(dir), dir.log);
+  // The driver root's /proc stand-in (nvidia-caps major, MIG capability
+  // files), as the chart passes it on simulated nodes.
+  std::vector<std::string> plugin_env = nvdra::testing::GpuPluginEnv(dir);
+  plugin_env.push_back("ALT_PROC_DEVICES_PATH=" + (dir.driver_root / "proc/devices").string());
+  nvdra::testing::PluginProcess process(plugin_argv, plugin_env, dir.log);
   auto fail = [&](const std::string& what) {
     std::cerr << what << "\n--- plugin log (tail) ---\n";
     const std::string log = ReadFile(dir.log);
@@ -252,7 +260,7 @@ int main(int argc, char** argv) {
     if (config->is_discarded()) return fail("--claim-config: not valid JSON");
   }
   auto claim = nvdra::testing::CreateAllocatedClaim(*cluster.client, kNamespace, kNodeName, kDriver, "one-gpu",
-                                                    "gpu-0", config);
+                                                    device, config);
   if (!claim.ok()) return fail("claim: " + claim.status().ToString());
 
   Bench bench(channel);

@@ -10,8 +10,16 @@ nvmlDeviceGetComputeMode reads and `-q` shows), under the file's lock as the
 library writes it. The profile comes from the driver root's
 mock-nvml/profile.json when this script sits in a driver root's usr/bin, else
 the copy make-driver-root embedded below (inside a container the script is
-mounted alone). Static profile only: MIG devices created at run time through
-the mock library's state.json are not listed.
+mounted alone).
+
+`-L` lists each GPU's MIG devices under it as the real tool does, from the
+state file (the mock library's MIG state, static instances and those made at
+run time alike): on the host (the driver root's view) all of them; in a
+container only those whose capability device nodes the container has
+(/dev/nvidia-caps/nvidia-cap<N>, with make-driver-root's minors: 3 +
+gpu*135 + gi*9 for the GPU instance, +1+ci for the compute instance), which
+is how the real driver limits a container to the MIG device it was given.
+MIG UUIDs are the mock library's (MigDeviceUuid in context.cc).
 
 Visible GPUs are those whose device node /dev/nvidia<minor> exists, as with a
 real driver in a container: looked up in the driver root this script lies in
@@ -118,6 +126,39 @@ def set_time_slice(path, indexed, value):
     return 0
 
 
+def fnv1a(text, basis):
+    h = basis
+    for c in text.encode():
+        h ^= c
+        h = (h * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def mig_uuid(parent_uuid, gi, ci):
+    key = "%s/%d/%d" % (parent_uuid, gi, ci)
+    hi = fnv1a(key, 0xcbf29ce484222325)
+    lo = fnv1a(key, 0x84222325cbf29ce4)
+    return "MIG-%08x-%04x-%04x-%04x-%012x" % (hi >> 32, (hi >> 16) & 0xffff, hi & 0xffff, lo >> 48,
+                                              lo & 0xffffffffffff)
+
+
+def mig_devices(g, state, dev_root, host_view):
+    """The MIG devices of GPU g that this view may see: (profile name, uuid)."""
+    names = {p.get("id"): p.get("name", "").replace("MIG ", "")
+             for p in g.get("mig", {}).get("gpuInstanceProfiles", [])}
+    out = []
+    gpu_state = state.get("gpus", {}).get(g.get("uuid"), {})
+    for gi in sorted(gpu_state.get("gpuInstances", []), key=lambda x: x.get("id", 0)):
+        base = 3 + g["minor"] * 135 + gi.get("id", 0) * 9
+        for ci in sorted(gi.get("computeInstances", []), key=lambda x: x.get("id", 0)):
+            caps = [base, base + 1 + ci.get("id", 0)]
+            if not host_view and not all(
+                    os.path.exists(os.path.join(dev_root, "dev", "nvidia-caps", "nvidia-cap%d" % m)) for m in caps):
+                continue
+            out.append((names.get(gi.get("profileId"), "unknown"), mig_uuid(g["uuid"], gi["id"], ci["id"])))
+    return out
+
+
 def has_gpu_nodes(root):
     d = os.path.join(root, "dev")
     try:
@@ -167,8 +208,11 @@ def main(argv):
             sys.exit("nvidia-smi: -c needs an argument")
         return set_compute_mode(state_path, indexed, args[i + 1])
     if "-L" in args or "--list-gpus" in args:
+        state = read_state(state_path) if state_path else {}
         for i, g in indexed:
             print("GPU %d: %s (UUID: %s)" % (i, g.get("name", "NVIDIA GPU"), g.get("uuid")))
+            for n, (profile_name, uuid) in enumerate(mig_devices(g, state, dev_root, dev_root == root)):
+                print("  MIG %-12s Device %2d: (UUID: %s)" % (profile_name, n, uuid))
         return 0
     if "-q" in args or "--query" in args:
         query(profile, indexed, len(gpus), read_state(state_path) if state_path else {})

@@ -27,7 +27,10 @@ import (
 
 const a100MigProfile = "a100-mig"
 
-var migDeviceName = regexp.MustCompile(`^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$`)
+var (
+	migDeviceName = regexp.MustCompile(`^gpu-(\d+)-mig-(.+)-(\d+)-(\d+)$`)
+	migListLine   = regexp.MustCompile(`(?m)^  MIG (\S+)\s+Device\s+\d+: \(UUID: MIG-[0-9a-f-]+\)$`)
+)
 
 func TestGPUDynamicMIG(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -83,6 +86,19 @@ func TestGPUDynamicMIG(t *testing.T) {
 		}
 	}
 	t.Logf("GPUs per pod: %v", used)
+
+	// Each container's nvidia-smi -L lists its GPU and, under it, exactly
+	// the MIG device of its request.
+	for _, c := range []struct{ name, profile string }{
+		{"ctr0", "1g.5gb"}, {"ctr1", "1g.5gb"}, {"ctr2", "2g.10gb"}, {"ctr3", "3g.20gb"},
+	} {
+		log := containerLog(ctx, t, env, ns, pods[0].Name, c.name, "(UUID: MIG-")
+		lines := migListLine.FindAllStringSubmatch(log, -1)
+		if len(lines) != 1 || lines[0][1] != c.profile {
+			t.Errorf("pod %s container %s: nvidia-smi -L shows MIG devices %v, want one %s:\n%s",
+				pods[0].Name, c.name, lines, c.profile, log)
+		}
+	}
 
 	env.Kubectl(ctx, t, "delete", "-f", spec, "--wait=true", "--timeout=2m")
 	for minor := range used {

@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"nvdra.local/test/simnode/internal/proc"
+	"nvdra.local/test/simnode/nodeconfig"
 )
 
 // imageBinDir is where a mapped image's program appears inside its container.
@@ -158,6 +159,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f})
 		}
 	}
+	// The mock NVML's node state (MIG instances, compute policy) plays the
+	// kernel driver's, which every process on a real node reaches: it is
+	// visible read-only in every container at its own path, where the
+	// driver root's simulated nvidia-smi looks for it (its embedded state
+	// file path) when it is mounted alone into a workload.
+	if state := filepath.Join(r.opts.NodeDir, nodeconfig.DriverRootHostPath, "mock-nvml"); isDir(state) {
+		spec.Binds = append(spec.Binds, bind{Source: state, Target: state, ReadOnly: true})
+	}
 	// CDI device nodes come from the node's folder when it has them: the host
 	// path their spec named, else the node's own /dev tree.
 	for _, d := range c.view.Devices {
@@ -165,8 +174,21 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 		if src == "" {
 			src = filepath.Join(r.opts.NodeDir, d.Path)
 		}
-		if fileExists(src) {
+		switch {
+		case fileExists(src):
 			spec.Binds = append(spec.Binds, bind{Source: src, Target: d.Path})
+		case d.Major > 0:
+			// A fully specified node this machine does not have (a MIG
+			// capability, /dev/nvidia-caps/nvidia-cap<N>): a real runtime
+			// makes it with mknod; here a placeholder file of the
+			// container's own stands for it, so that the container sees
+			// exactly the nodes its CDI devices gave it.
+			placeholder := filepath.Join(c.dir, "device-nodes", d.Path)
+			if err := os.MkdirAll(filepath.Dir(placeholder), 0o755); err == nil {
+				if err := os.WriteFile(placeholder, nil, 0o666); err == nil {
+					spec.Binds = append(spec.Binds, bind{Source: placeholder, Target: d.Path})
+				}
+			}
 		}
 	}
 

@@ -85,6 +85,7 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   common::Status UnprepareDevices(const kubeletplugin::RecordedClaim& claim) override;
   bool SharesDevicesWithEqualConfigs() const override { return shares_devices_; }
   common::Status RollBackLeftover(const kubeletplugin::RecordedClaim& claim) override;
+  common::Status ForgetUnknownClaim(const std::string& claim_uid) override { return cdi_.RemoveClaimSpec(claim_uid); }
   bool AwaitRetry(const kubeletplugin::ClaimView& claim, const common::Status& failure,
                   std::chrono::steady_clock::time_point deadline) override;
   common::Status SweepLeftovers(const kubeletplugin::Checkpoint& checkpoint) override;

@@ -236,9 +236,15 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   host_options.resources = SlicesFor(config.plugin.node_name, published, layout);
   // Specs of claims the checkpoint no longer has (discarded after a reboot
   // when the CDI root is on disk) would otherwise stay forever.
+  // Only after a reboot: then they describe devices of the earlier boot. A
+  // checkpoint lost without a reboot (moved aside by an operator) leaves the
+  // specs of claims whose pods still run; each goes when the kubelet
+  // unprepares its claim (ForgetUnknownClaim), and removing them now would
+  // keep those containers from restarting.
   host_options.after_reconcile = [cdi = parts->cdi.get()](kubeletplugin::ClaimPreparer& preparer) {
     StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
+    if (!preparer.DiscardedClaimsOfAnEarlierBoot()) return;
     std::set<std::string> prepared;
     for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
     StatusOr<int> removed = cdi->RemoveOrphanedClaimSpecs(prepared);

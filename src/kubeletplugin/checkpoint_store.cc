@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/unique_fd.h"
@@ -48,7 +50,14 @@ StatusOr<Checkpoint> CheckpointStore::Load() const {
     return data.status();
   }
   auto checkpoint = DecodeCheckpoint(*data);
-  if (!checkpoint.ok()) return std::move(checkpoint).status().WithContext(path_.string());
+  if (!checkpoint.ok()) {
+    return common::Status(
+        checkpoint.status().code(),
+        fmt::format("{}: {}; to recover, move the file aside (mv {} {}.bad) and restart the plugin: it starts with "
+                    "no prepared claims, running pods keep their devices, and their claims are cleaned up when the "
+                    "kubelet unprepares them (docs/troubleshooting.md)",
+                    path_.string(), checkpoint.status().message(), path_.string(), path_.filename().string()));
+  }
   return checkpoint;
 }
 
@@ -87,7 +96,8 @@ Status CheckpointStore::Store(const Checkpoint& checkpoint) const {
   return common::OkStatus();
 }
 
-StatusOr<Checkpoint> CheckpointStore::LoadForBoot(std::string_view current_boot_id) const {
+StatusOr<Checkpoint> CheckpointStore::LoadForBoot(std::string_view current_boot_id, bool* rebooted) const {
+  if (rebooted != nullptr) *rebooted = false;
   if (current_boot_id.empty()) {
     return common::InvalidArgumentError("LoadForBoot: empty current boot id");
   }
@@ -102,6 +112,7 @@ StatusOr<Checkpoint> CheckpointStore::LoadForBoot(std::string_view current_boot_
     checkpoint.node_boot_id = std::string(current_boot_id);
   } else {
     if (existed) {
+      if (rebooted != nullptr) *rebooted = true;
       LOG_INFO(0, "node rebooted since the checkpoint was written; discarding its claims",
                {{"path", path_},
                 {"storedBootID", checkpoint.node_boot_id},
@@ -118,8 +129,8 @@ StatusOr<Checkpoint> CheckpointStore::LoadForBoot(std::string_view current_boot_
 }
 
 StatusOr<Checkpoint> LoadForBoot(const std::filesystem::path& path,
-                                 std::string_view current_boot_id) {
-  return CheckpointStore(path).LoadForBoot(current_boot_id);
+                                 std::string_view current_boot_id, bool* rebooted) {
+  return CheckpointStore(path).LoadForBoot(current_boot_id, rebooted);
 }
 
 }  // namespace nvdra::kubeletplugin

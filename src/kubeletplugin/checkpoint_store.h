@@ -46,8 +46,10 @@ class CheckpointStore {
   //  - the same ID: keep as is (nothing written);
   //  - another ID (the node rebooted, so nothing recorded is prepared any
   //    more): log it, store and return an empty checkpoint with the new ID.
-  // Errors: those of Load and Store; kInvalidArgument for an empty ID.
-  [[nodiscard]] common::StatusOr<Checkpoint> LoadForBoot(std::string_view current_boot_id) const;
+  // `rebooted` (optional) says whether the last case happened. Errors: those
+  // of Load and Store; kInvalidArgument for an empty ID.
+  [[nodiscard]] common::StatusOr<Checkpoint> LoadForBoot(std::string_view current_boot_id,
+                                                         bool* rebooted = nullptr) const;
 
  private:
   std::filesystem::path path_;
@@ -55,6 +57,6 @@ class CheckpointStore {
 
 // CheckpointStore(path).LoadForBoot(current_boot_id).
 common::StatusOr<Checkpoint> LoadForBoot(const std::filesystem::path& path,
-                                         std::string_view current_boot_id);
+                                         std::string_view current_boot_id, bool* rebooted = nullptr);
 
 }  // namespace nvdra::kubeletplugin

@@ -86,6 +86,15 @@ class ClaimDeviceBackend {
   // node label its DaemonSet pod depends on.
   virtual common::Status RollBackLeftover(const RecordedClaim& claim) { return UnprepareDevices(claim); }
 
+  // An Unprepare of a claim the checkpoint does not know: removes what the
+  // backend may still keep of it outside the checkpoint (the GPU plugin's CDI
+  // spec, left when an operator moved a corrupt checkpoint aside). Missing
+  // pieces are not errors. The default has nothing to remove: OK.
+  virtual common::Status ForgetUnknownClaim(const std::string& claim_uid) {
+    (void)claim_uid;
+    return common::OkStatus();
+  }
+
   // Whether a device that a completed claim holds may serve another claim
   // too, when both claims' configs for it are equal (upstream's rule for
   // consumable shares). The default, and without consumable capacity: no,

@@ -131,7 +131,8 @@ StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOpti
   }
   std::unique_ptr<ClaimPreparer> preparer(new ClaimPreparer(std::move(options), claims, backend));
   ASSIGN_OR_RETURN(NodeLocks locks, preparer->LockNode());
-  ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id));
+  ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadForBoot(preparer->CheckpointPath(), preparer->options_.boot_id,
+                                                      &preparer->discarded_earlier_boot_));
   if (preparer->options_.metrics != nullptr) preparer->options_.metrics->SetPreparedDevices(checkpoint);
   return preparer;
 }
@@ -383,7 +384,12 @@ Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record
   ASSIGN_OR_RETURN(Held held, Hold(&record));
   Checkpoint& checkpoint = held.checkpoint;
   auto it = checkpoint.claims.find(uid);
-  if (it == checkpoint.claims.end()) return common::OkStatus();  // never prepared here, or already undone
+  if (it == checkpoint.claims.end()) {
+    // Never prepared here, already undone, or prepared before the checkpoint
+    // was lost (moved aside by an operator): the backend removes what it may
+    // still have of it (a CDI spec), which nothing else would.
+    return backend_.ForgetUnknownClaim(uid);
+  }
   if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
   RETURN_IF_ERROR(backend_.UnprepareDevices(Recorded(uid, it->second, checkpoint)));
   common::CrashPoint("unprepare-after-devices");

@@ -137,6 +137,10 @@ class ClaimPreparer final : public DraDriver {
   // entries were unprepared or dropped.
   common::StatusOr<int> Reconcile();
 
+  // Whether start-up discarded the claims of a checkpoint written before a
+  // reboot (what they prepared is gone with the boot).
+  bool DiscardedClaimsOfAnEarlierBoot() const { return discarded_earlier_boot_; }
+
   // Claim UIDs in the checkpoint, by state (tests, metrics).
   common::StatusOr<Checkpoint> ReadCheckpoint() const;
 
@@ -201,6 +205,7 @@ class ClaimPreparer final : public DraDriver {
   const ClaimPreparerOptions options_;
   const ClaimReader& claims_;
   ClaimDeviceBackend& backend_;
+  bool discarded_earlier_boot_ = false;  // set by Create
   // With pu.lock: one claim operation at a time. It guards no member (what
   // it protects is the checkpoint on disk, together with the file locks),
   // so it carries no annotation; Hold() returns it held with the rest.

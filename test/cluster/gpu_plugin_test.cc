@@ -817,6 +817,40 @@ TEST_F(GpuPluginTest, ARebootClearsPreparedState) {
   EXPECT_EQ(CheckpointState(Uid(claim)), "PrepareCompleted");
 }
 
+// An operator moves a corrupt checkpoint aside (what the plugin's error
+// says to do): the plugin starts with no prepared claims but keeps the CDI
+// spec of the claim whose pod still runs, so its containers can restart;
+// the kubelet's Unprepare of that claim removes it.
+TEST_F(GpuPluginTest, ACheckpointMovedAsideKeepsRunningClaimsSpecsUntilUnprepare) {
+  StartPlugin();
+  json claim = CreateAllocatedClaim("outlives-checkpoint", "gpu-6");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  plugin_->Stop();
+
+  // A corrupt checkpoint stops the plugin, naming the way out.
+  const fs::path checkpoint = PluginDir() / "checkpoint.json";
+  std::string bytes = ReadFile(checkpoint);
+  bytes[bytes.find("PrepareCompleted")] = 'p';
+  WriteFile(checkpoint, bytes);
+  ASSERT_TRUE(plugin_->Start());
+  const std::optional<int> exit_code = plugin_->WaitExit(std::chrono::seconds(30));
+  ASSERT_TRUE(exit_code.has_value()) << "the plugin runs on a corrupt checkpoint";
+  EXPECT_NE(*exit_code, 0);
+  const std::string log = ReadFile(dir_ / "plugin.log");
+  EXPECT_NE(log.find("to recover, move the file aside"), std::string::npos) << log;
+
+  fs::rename(checkpoint, PluginDir() / "checkpoint.json.bad");
+  StartPlugin();
+  EXPECT_EQ(CheckpointState(Uid(claim)), "");
+  EXPECT_TRUE(fs::exists(SpecPath(Uid(claim)))) << "the running pod's CDI spec was removed";
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(claim))));
+}
+
 // Samples of a text-format scrape by series ("name{labels}"); comments skipped.
 std::map<std::string, double> ParseSamples(const std::string& text) {
   std::map<std::string, double> samples;

@@ -224,6 +224,18 @@ void EventRecorder::Work(std::stop_token stop) {
   }
 }
 
+std::string EventName(std::string_view object_name, std::string_view suffix) {
+  constexpr std::size_t kMaxName = 253;  // a DNS subdomain
+  std::string_view prefix = object_name.empty() ? std::string_view("event") : object_name;
+  if (prefix.size() + suffix.size() > kMaxName) {
+    prefix = prefix.substr(0, kMaxName > suffix.size() ? kMaxName - suffix.size() : 0);
+    // A label may not end in '-' or '.', and the suffix starts a new one.
+    while (!prefix.empty() && (prefix.back() == '-' || prefix.back() == '.')) prefix.remove_suffix(1);
+    if (prefix.empty()) prefix = "event";
+  }
+  return std::string(prefix) + std::string(suffix);
+}
+
 void EventRecorder::Write(const std::string& key, Entry snapshot, std::stop_token stop) {
   const std::string ns = snapshot.regarding.namespace_.empty() ? "default" : snapshot.regarding.namespace_;
   json series = {{"count", snapshot.count}, {"lastObservedTime", snapshot.last_time}};
@@ -239,7 +251,7 @@ void EventRecorder::Write(const std::string& key, Entry snapshot, std::stop_toke
     char suffix[48];
     std::snprintf(suffix, sizeof(suffix), ".%llx%llx", static_cast<unsigned long long>(nanos),
                   static_cast<unsigned long long>(snapshot.generation));
-    name = (snapshot.regarding.name.empty() ? std::string("event") : snapshot.regarding.name) + suffix;
+    name = EventName(snapshot.regarding.name, suffix);
     json event = {{"apiVersion", "events.k8s.io/v1"},
                   {"kind", "Event"},
                   {"metadata", {{"name", name}, {"namespace", ns}}},

@@ -76,6 +76,12 @@ inline constexpr std::size_t kMaxNoteBytes = 1024;  // the API server rejects lo
 // with "..." at the end when cut.
 std::string TruncateNote(std::string_view note);
 
+// An Event's metadata.name: "<object name><suffix>" (suffix ".<hex>"), with
+// the object name cut so that the whole stays a valid object name of at most
+// 253 characters (a 253-character ComputeDomain still gets its Events), and
+// "event" for an object without a name.
+std::string EventName(std::string_view object_name, std::string_view suffix);
+
 // Events that map to one Event object share this key.
 std::string AggregationKey(const ObjectReference& regarding, EventType type, std::string_view reason,
                            std::string_view action, std::string_view note);

@@ -78,6 +78,20 @@ std::string_view AdmissionOutcomeName(AdmissionOutcome outcome) {
   return "unknown";
 }
 
+namespace {
+
+// nlohmann's message without its "[json.exception...] " tag, cut to 120
+// characters: it quotes the offending text, which may be huge.
+std::string ShortJsonError(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    if (const std::size_t close = what.find("] "); close != std::string_view::npos) what.remove_prefix(close + 2);
+  }
+  if (what.size() > 120) return std::string(what.substr(0, 120)) + "...";
+  return std::string(what);
+}
+
+}  // namespace
+
 AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view body,
                                const common::FeatureGates& gates) {
   if (!IsJsonContentType(content_type)) {
@@ -88,9 +102,18 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
                                        "{} levels; no ResourceClaim needs that",
                                        common::kMaxJsonNesting));
   }
-  json review = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (review.is_discarded()) {
-    return PlainError(400, "failed to read AdmissionReview from request body: not valid JSON");
+  json review;
+  try {
+    review = json::parse(body);
+  } catch (const json::out_of_range& e) {
+    // A number beyond a 64-bit float (1e400): valid JSON, but nothing here
+    // (nor Go's decoder) can hold it.
+    return PlainError(400, fmt::format("failed to read AdmissionReview from request body: {}; numbers must fit a "
+                                       "64-bit float (write large values as quantity strings, such as \"10Gi\")",
+                                       ShortJsonError(e.what())));
+  } catch (const json::exception& e) {
+    return PlainError(400, fmt::format("failed to read AdmissionReview from request body: not valid JSON ({})",
+                                       ShortJsonError(e.what())));
   }
   if (JsonString(review, "apiVersion") != kAdmissionApiVersion || JsonString(review, "kind") != "AdmissionReview") {
     return PlainError(400, fmt::format("failed to read AdmissionReview from request body: apiVersion \"{}\" kind "

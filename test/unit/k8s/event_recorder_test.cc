@@ -41,6 +41,22 @@ TEST(TruncateNoteTest, NeverSplitsAUtf8Character) {
   EXPECT_NO_THROW(json(cut).dump());  // still valid UTF-8
 }
 
+TEST(EventNameTest, KeepsShortNamesAndCutsLongOnesToAValidName) {
+  EXPECT_EQ(EventName("my-domain", ".18a2b"), "my-domain.18a2b");
+  EXPECT_EQ(EventName("", ".18a2b"), "event.18a2b");
+  const std::string suffix = ".187f3a9c2b1d4e50";
+  const std::string longest(253, 'a');
+  const std::string name = EventName(longest, suffix);
+  EXPECT_EQ(name.size(), 253u);
+  EXPECT_TRUE(name.ends_with(suffix));
+  // A cut that would end in '-' or '.' drops them.
+  std::string dashes(230, 'a');
+  dashes += std::string(23, '-');
+  const std::string cut = EventName(dashes, suffix);
+  EXPECT_LE(cut.size(), 253u);
+  EXPECT_EQ(cut, std::string(230, 'a') + suffix);
+}
+
 TEST(AggregationKeyTest, SameFieldsSameKey) {
   EXPECT_EQ(AggregationKey(Cm("a"), EventType::kNormal, "R", "A", "n"),
             AggregationKey(Cm("a"), EventType::kNormal, "R", "A", "n"));

@@ -279,7 +279,21 @@ TEST(ReviewAdmission, MalformedReviewsAreHttpErrors) {
 
   reply = ReviewAdmission("application/json", "{not json", Gates());
   EXPECT_EQ(reply.http_status, 400);
-  EXPECT_NE(reply.body.find("not valid JSON"), std::string::npos);
+  EXPECT_NE(reply.body.find("not valid JSON (parse error at line 1, column 3"), std::string::npos) << reply.body;
+
+  // A number beyond a 64-bit float is named as such, not as broken JSON, and
+  // a huge one is not echoed whole.
+  json huge = good;
+  std::string text = huge.dump();
+  text.insert(text.size() - 1, ",\"x\":1e400");
+  reply = ReviewAdmission("application/json", text, Gates());
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.body.find("number overflow parsing '1e400'"), std::string::npos) << reply.body;
+  EXPECT_NE(reply.body.find("numbers must fit a 64-bit float"), std::string::npos) << reply.body;
+  text = huge.dump();
+  text.insert(text.size() - 1, ",\"x\":1" + std::string(100000, '0') + "e400");
+  reply = ReviewAdmission("application/json", text, Gates());
+  EXPECT_LT(reply.body.size(), 600u) << reply.body.substr(0, 600);
 
   json v1beta1 = good;
   v1beta1["apiVersion"] = "admission.k8s.io/v1beta1";

@@ -60,12 +60,19 @@ def load_profile(root):
     sys.exit("nvidia-smi (simulated): no mock NVML profile")
 
 
+# Where the simulated node runtime shows a container its node's mock NVML
+# state folder (test/simnode internal/cri MockNVMLStateDir).
+CONTAINER_STATE_FILE = "/run/mock-nvml/state.json"
+
+
 def state_file(root):
     if os.environ.get("MOCK_NVML_STATE"):
         return os.environ["MOCK_NVML_STATE"]
     local = os.path.join(root, "mock-nvml", "state.json")
     if os.path.isdir(os.path.dirname(local)):
         return local
+    if os.path.exists(CONTAINER_STATE_FILE):
+        return CONTAINER_STATE_FILE
     return EMBEDDED_STATE_FILE or None
 
 

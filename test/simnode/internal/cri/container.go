@@ -27,6 +27,10 @@ import (
 // imageBinDir is where a mapped image's program appears inside its container.
 const imageBinDir = "/simnode/bin"
 
+// MockNVMLStateDir is where every container sees its node's mock NVML state
+// folder (<driver root>/mock-nvml), read-only.
+const MockNVMLStateDir = "/run/mock-nvml"
+
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // bootIDPath is where Linux shows its boot id (nodeconfig.BootIDHostPath;
@@ -161,11 +165,11 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	}
 	// The mock NVML's node state (MIG instances, compute policy) plays the
 	// kernel driver's, which every process on a real node reaches: it is
-	// visible read-only in every container at its own path, where the
-	// driver root's simulated nvidia-smi looks for it (its embedded state
-	// file path) when it is mounted alone into a workload.
+	// visible read-only in every container at MockNVMLStateDir, where the
+	// driver root's simulated nvidia-smi looks for it when it is mounted
+	// alone into a workload.
 	if state := filepath.Join(r.opts.NodeDir, nodeconfig.DriverRootHostPath, "mock-nvml"); isDir(state) {
-		spec.Binds = append(spec.Binds, bind{Source: state, Target: state, ReadOnly: true})
+		spec.Binds = append(spec.Binds, bind{Source: state, Target: MockNVMLStateDir, ReadOnly: true})
 	}
 	// CDI device nodes come from the node's folder when it has them: the host
 	// path their spec named, else the node's own /dev tree.

@@ -806,6 +806,22 @@ TEST_F(CdControllerTest, WithoutCliquesIndexesAreAssignedPerCliqueInStatusNodes)
 }
 
 
+// A channel template name the API server refuses as an object name is not
+// only a retry in the controller's log: the domain gets a Warning Event that
+// names the field.
+TEST_F(CdControllerTest, AnInvalidChannelTemplateNameGetsAnEvent) {
+  auto controller = StartController("ctl-bad-name");
+  json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+             {"kind", "ComputeDomain"},
+             {"metadata", {{"name", "cd-bad-name"}, {"namespace", kUserNs}}},
+             {"spec", {{"numNodes", 0}, {"channel", {{"resourceClaimTemplate", {{"name", "Bad_Name"}}}}}}}};
+  auto created = env_->client->Create(k8s::resources::kComputeDomains, kUserNs, cd);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string uid = Str(*created, "/metadata/uid");
+  EXPECT_TRUE(WaitForEvent(uid, "InvalidObject", "set spec.channel.resourceClaimTemplate.name to a lowercase"));
+  DeleteCdAndExpectNothingLeft(*created);
+}
+
 TEST_F(CdControllerTest, ForeignClaimTemplateOfTheSameNameIsLeftAloneWithAnEvent) {
   json rct = {{"apiVersion", "resource.k8s.io/v1"},
               {"kind", "ResourceClaimTemplate"},

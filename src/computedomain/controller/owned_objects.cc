@@ -73,6 +73,18 @@ Status EnsureOwnedObject(ApiWriter& writer, const k8s::ComputeDomain& cd, const 
   if (!existing) {
     auto created = writer.Create(ref, ns, desired, stop);
     if (created.ok()) return OkStatus();  // the informer brings it
+    if (k8s::IsInvalid(created.status())) {
+      // The API server refuses the object itself (a claim template name that
+      // is no valid object name: "Bad_Name", ""). Retrying cannot help; the
+      // user must hear it, not only the controller's log.
+      std::string why = created.status().message();
+      if (why.size() > 300) why = why.substr(0, 300) + "...";
+      writer.Emit(cd, k8s::EventType::kWarning, "InvalidObject",
+                  fmt::format("cannot create {}: {}; set spec.channel.resourceClaimTemplate.name to a lowercase "
+                              "RFC 1123 name (letters, digits, '-' and '.')",
+                              object_name, why));
+      return created.status();
+    }
     if (!k8s::IsAlreadyExists(created.status())) return created.status();
     // Not in our label-selected cache: ours but not seen yet, or someone
     // else's object under the name this domain asks for.

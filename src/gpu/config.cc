@@ -74,7 +74,8 @@ void AddFlags(CLI::App& app, PluginConfig& config) {
                          "Image of this driver, used for MPS control daemons"),
           {"IMAGE_NAME"});
   WithEnv(app.add_option("--image-pull-secrets", config.image_pull_secrets,
-                         "Comma-separated image pull secrets for MPS control daemons"),
+                         "Comma-separated image pull secrets for MPS control daemons")
+              ->delimiter(','),
           {"IMAGE_PULL_SECRETS"});
   WithEnv(app.add_option("--image-pull-policy", config.image_pull_policy,
                          "Image pull policy for MPS control daemons"),

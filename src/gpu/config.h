@@ -5,6 +5,7 @@
 // Ownership: plain values. Thread-safety: thread-compatible.
 
 #include <string>
+#include <vector>
 
 #include "common/feature_gates.h"
 #include "common/flags.h"
@@ -25,7 +26,7 @@ struct PluginConfig {
   common::MetricsFlags metrics;
   std::string host_root = "/host-root";  // --host-root (HOST_ROOT)
   std::string image_name;  // --image-name (IMAGE_NAME), required: MPS control daemons
-  std::string image_pull_secrets;  // --image-pull-secrets (IMAGE_PULL_SECRETS), CSV
+  std::vector<std::string> image_pull_secrets;  // --image-pull-secrets (IMAGE_PULL_SECRETS), comma-separated
   std::string image_pull_policy;  // --image-pull-policy (IMAGE_PULL_POLICY)
   std::string service_account_name;  // --service-account-name (SERVICE_ACCOUNT_NAME)
   std::string additional_xids_to_ignore;  // --additional-xids-to-ignore (ADDITIONAL_XIDS_TO_IGNORE), CSV

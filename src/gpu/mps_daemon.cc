@@ -30,8 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string Quoted(std::string_view text) { return json(std::string(text)).dump(); }
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -227,8 +225,6 @@ StatusOr<json> MpsDaemons::RenderDeployment(const MpsDaemonSpec& spec, const std
   ASSIGN_OR_RETURN(const auto limits, api::MpsPinnedMemoryLimits(spec.settings, spec.device_uuids, "the config"));
   std::vector<std::string> pairs;
   for (const auto& [uuid, limit] : limits) pairs.push_back(uuid + "=" + limit);
-  std::vector<std::string> secrets;
-  for (const std::string& secret : options_.image_pull_secrets) secrets.push_back(fmt::format("{{name: {}}}", Quoted(secret)));
   const fs::path root = RootOf(id);
   // A driver root with its own /dev/shm is entered with chroot by the
   // template's script, so the tmpfs goes there (upstream's rule).
@@ -241,13 +237,11 @@ StatusOr<json> MpsDaemons::RenderDeployment(const MpsDaemonSpec& spec, const std
       {"IMAGE_NAME", options_.image_name},
       {"SERVICE_ACCOUNT", options_.service_account_name.empty()
                               ? ""
-                              : "serviceAccountName: " + Quoted(options_.service_account_name)},
-      {"IMAGE_PULL_SECRETS", secrets.empty() ? "" : fmt::format("imagePullSecrets: [{}]", fmt::join(secrets, ", "))},
+                              : "serviceAccountName: " + k8s::YamlQuoted(options_.service_account_name)},
+      {"IMAGE_PULL_SECRETS", k8s::ImagePullSecretsLine(options_.image_pull_secrets)},
       {"IMAGE_PULL_POLICY",
-       options_.image_pull_policy.empty() ? "" : "imagePullPolicy: " + Quoted(options_.image_pull_policy)},
-      {"FEATURE_GATES_ENV", options_.feature_gates.empty()
-                                ? ""
-                                : fmt::format("- {{name: FEATURE_GATES, value: {}}}", Quoted(options_.feature_gates))},
+       options_.image_pull_policy.empty() ? "" : "imagePullPolicy: " + k8s::YamlQuoted(options_.image_pull_policy)},
+      {"FEATURE_GATES_ENV", k8s::FeatureGatesEnvLine(options_.feature_gates)},
       {"CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(spec.device_uuids, ","))},
       {"MPS_DAEMON_FLAGS", spec.settings.multi_user ? "-M" : ""},
       {"MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE",

@@ -134,12 +134,7 @@ StatusOr<std::unique_ptr<MpsDaemons>> StartMps(const PluginConfig& config, const
   options.driver_namespace = config.plugin.driver_namespace;
   options.image_name = config.image_name;
   options.image_pull_policy = config.image_pull_policy;
-  for (std::string_view rest = config.image_pull_secrets; !rest.empty();) {
-    const std::size_t comma = rest.find(',');
-    std::string name(rest.substr(0, comma));
-    if (!name.empty()) options.image_pull_secrets.push_back(std::move(name));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
+  options.image_pull_secrets = config.image_pull_secrets;
   options.service_account_name = config.service_account_name;
   options.feature_gates = gates.ToString();
   options.control_files_root = plugin_dir / "mps";

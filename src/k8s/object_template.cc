@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 namespace nvdra::k8s {
@@ -82,6 +83,22 @@ StatusOr<json> RenderTemplate(std::string_view name, std::string_view text, cons
     return InvalidArgumentError(fmt::format("template {}: {}", name, parsed.status().message()));
   }
   return parsed;
+}
+
+std::string YamlQuoted(std::string_view text) { return json(std::string(text)).dump(); }
+
+std::string ImagePullSecretsLine(const std::vector<std::string>& names) {
+  std::vector<std::string> items;
+  for (const std::string& name : names) {
+    if (!name.empty()) items.push_back(fmt::format("{{name: {}}}", YamlQuoted(name)));
+  }
+  if (items.empty()) return "";
+  return fmt::format("imagePullSecrets: [{}]", fmt::join(items, ", "));
+}
+
+std::string FeatureGatesEnvLine(std::string_view gates) {
+  if (gates.empty()) return "";
+  return fmt::format("- {{name: FEATURE_GATES, value: {}}}", YamlQuoted(gates));
 }
 
 }  // namespace nvdra::k8s

@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +31,16 @@ using TemplateValues = std::map<std::string, std::string>;
 // that does not parse (with yaml-cpp's line and column).
 common::StatusOr<nlohmann::json> RenderTemplate(std::string_view name, std::string_view text,
                                                 const TemplateValues& values);
+
+// Text for placeholders, in YAML flow style (JSON's quoting is valid YAML,
+// so names and values go in whatever characters they hold):
+// `text` as a double-quoted scalar;
+std::string YamlQuoted(std::string_view text);
+// "imagePullSecrets: [{name: "a"}, ...]", or "" for no names (empty names
+// are skipped);
+std::string ImagePullSecretsLine(const std::vector<std::string>& names);
+// an env list item "- {name: FEATURE_GATES, value: ...}", or "" for no gates.
+std::string FeatureGatesEnvLine(std::string_view gates);
 
 // One YAML document as JSON (scalars as in the file comment).
 // kInvalidArgument when it does not parse.

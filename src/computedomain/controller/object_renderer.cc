@@ -13,29 +13,14 @@ using nlohmann::json;
 
 namespace {
 
-// A line of YAML flow style: JSON's quoting is valid YAML, so names and
-// values go in dumped as JSON strings whatever characters they hold.
-std::string Quoted(std::string_view text) { return json(std::string(text)).dump(); }
-
-// "imagePullSecrets: [{name: "a"}, ...]", or "" when there are none.
-std::string ImagePullSecretsLine(const std::vector<std::string>& names) {
-  if (names.empty()) return "";
-  std::vector<std::string> items;
-  for (const std::string& name : names) items.push_back(fmt::format("{{name: {}}}", Quoted(name)));
-  return fmt::format("imagePullSecrets: [{}]", fmt::join(items, ", "));
-}
-
-// An env list item setting FEATURE_GATES, or "" when no gates are passed on.
-std::string FeatureGatesEnvLine(std::string_view gates) {
-  if (gates.empty()) return "";
-  return fmt::format("- {{name: FEATURE_GATES, value: {}}}", Quoted(gates));
-}
+using k8s::FeatureGatesEnvLine;
+using k8s::ImagePullSecretsLine;
 
 // A request's selectors matching only `channel`'s device, or "".
 std::string ChannelSelectorsLine(std::optional<int> channel) {
   if (!channel) return "";
   return fmt::format("selectors: [{{cel: {{expression: {}}}}}]",
-                     Quoted(fmt::format("device.attributes[\"compute-domain.nvidia.com\"].id == {}", *channel)));
+                     k8s::YamlQuoted(fmt::format("device.attributes[\"compute-domain.nvidia.com\"].id == {}", *channel)));
 }
 
 }  // namespace

@@ -21,9 +21,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -179,6 +184,24 @@ class CdControllerTest : public ::testing::Test {
     env_ = nullptr;
   }
 
+  // A failed test shows what its controllers logged (they run as separate
+  // processes; on a CI machine their /tmp logs are not kept).
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const std::string& log : controller_logs_) {
+        std::ifstream in(log);
+        std::deque<std::string> tail;
+        for (std::string line; std::getline(in, line);) {
+          tail.push_back(std::move(line));
+          if (tail.size() > 60) tail.pop_front();
+        }
+        std::cerr << "--- last lines of " << log << "\n";
+        for (const std::string& line : tail) std::cerr << line.substr(0, 600) << "\n";
+      }
+    }
+    controller_logs_.clear();
+  }
+
   std::unique_ptr<PluginProcess> StartController(const std::string& pod, std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {CD_CONTROLLER,
                                      "--kubeconfig=" + env_->cluster->kubeconfig().string(),
@@ -192,6 +215,10 @@ class CdControllerTest : public ::testing::Test {
                                      "-v=2"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     const std::string log = "/tmp/cdc-" + pod + "-" + std::to_string(getpid()) + ".log";
+    if (std::find(controller_logs_.begin(), controller_logs_.end(), log) == controller_logs_.end()) {
+      std::filesystem::remove(log);  // a restart within one test appends
+      controller_logs_.push_back(log);
+    }
     auto process = std::make_unique<PluginProcess>(argv, std::vector<std::string>{"PATH=/usr/bin:/bin"}, log);
     EXPECT_TRUE(process->Start()) << log;
     return process;
@@ -351,6 +378,7 @@ class CdControllerTest : public ::testing::Test {
   static ObjectWatch* rcts_;
   static ObjectWatch* events_;
   static ObjectWatch* leases_;
+  std::vector<std::string> controller_logs_;
   static ObjectWatch* nodes_;
 };
 

@@ -1,11 +1,13 @@
 #include "api/device_configs.h"
 
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/json_fields.h"
 
@@ -39,6 +41,75 @@ std::optional<std::string> CheckOne(const DriverConfigKinds& driver, const json&
   }
   if (Status valid = ValidateConfig(*decoded, where, gates); !valid.ok()) return std::string(valid.message());
   return std::nullopt;
+}
+
+// The chart's DeviceClasses of gpu.nvidia.com and the config kind their
+// devices take.
+std::optional<ConfigKind> KindOfClass(std::string_view device_class) {
+  if (device_class == "gpu.nvidia.com") return ConfigKind::kGpuConfig;
+  if (device_class == "mig.nvidia.com") return ConfigKind::kMigDeviceConfig;
+  if (device_class == "vfio.gpu.nvidia.com") return ConfigKind::kVfioDeviceConfig;
+  return std::nullopt;
+}
+
+// Request name ("gpu", or "gpu/sub" of firstAvailable) -> its DeviceClass,
+// from a claim spec's devices.requests (an allocation has none).
+std::map<std::string, std::string> RequestClasses(const json& devices) {
+  std::map<std::string, std::string> out;
+  const json* requests = devices.is_object() ? JsonFind(devices, "requests") : nullptr;
+  if (requests == nullptr || !requests->is_array()) return out;
+  for (const json& request : *requests) {
+    const std::string name = JsonString(request, "name");
+    if (const json* exactly = JsonFind(request, "exactly"); exactly != nullptr) {
+      out[name] = JsonString(*exactly, "deviceClassName");
+    }
+    if (const json* first = JsonFind(request, "firstAvailable"); first != nullptr && first->is_array()) {
+      for (const json& sub : *first) out[name + "/" + JsonString(sub, "name")] = JsonString(sub, "deviceClassName");
+    }
+  }
+  return out;
+}
+
+// What a claim spec says that no single config shows: a config kind that
+// does not fit the class of a request it names (VFIO config on a MIG or
+// full-GPU request, a GpuConfig on a VFIO request), and more than one
+// VfioDeviceConfig (a claim holds at most one VFIO device group, as
+// upstream's).
+void CheckAgainstRequests(const json& devices, const json& configs, std::string_view where,
+                          std::vector<std::string>& problems) {
+  const std::map<std::string, std::string> classes = RequestClasses(devices);
+  std::vector<std::string> vfio_configs;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const json* opaque = JsonFind(configs[i], "opaque");
+    if (opaque == nullptr || JsonString(*opaque, "driver") != kGpuDriverName) continue;
+    const json* parameters = JsonFind(*opaque, "parameters");
+    if (parameters == nullptr) continue;
+    StatusOr<OpaqueConfig> decoded = DecodeOpaqueConfig(*parameters, "");
+    if (!decoded.ok()) continue;  // reported by CheckOne
+    const std::string path = fmt::format("{}.config[{}]", where, i);
+    if (decoded->kind == ConfigKind::kVfioDeviceConfig) vfio_configs.push_back(path);
+    const json* requests = JsonFind(configs[i], "requests");
+    if (requests == nullptr || !requests->is_array()) continue;
+    for (const json& request : *requests) {
+      if (!request.is_string()) continue;
+      auto it = classes.find(request.get<std::string>());
+      if (it == classes.end()) continue;
+      const std::optional<ConfigKind> wanted = KindOfClass(it->second);
+      if (!wanted || *wanted == decoded->kind) continue;
+      problems.push_back(fmt::format(
+          "{}.opaque.parameters.kind: a {} cannot apply to request {}, whose class {} gives devices that take a {}{}",
+          path, ConfigKindName(decoded->kind), it->first, it->second, ConfigKindName(*wanted),
+          decoded->kind == ConfigKind::kVfioDeviceConfig
+              ? "; VFIO passes whole GPUs through: request DeviceClass vfio.gpu.nvidia.com"
+              : ""));
+    }
+  }
+  if (vfio_configs.size() > 1) {
+    problems.push_back(fmt::format(
+        "{}: {} VfioDeviceConfigs ({}); a claim takes at most one VFIO device group: use one config for all its "
+        "VFIO requests",
+        where, vfio_configs.size(), fmt::join(vfio_configs, ", ")));
+  }
 }
 
 }  // namespace
@@ -90,6 +161,7 @@ Status ValidateDeviceConfigs(const json& devices, std::string_view where, const 
       problems.push_back(std::move(*problem));
     }
   }
+  if (only_driver.empty() || only_driver == kGpuDriverName) CheckAgainstRequests(devices, configs, where, problems);
   if (problems.empty()) return common::OkStatus();
   // Bounded: the message goes back to the client and into logs and Events,
   // and a problem can quote the input (an unknown key).

@@ -313,9 +313,20 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const 
     case ConfigKind::kGpuConfig:
     case ConfigKind::kMigDeviceConfig:
       return ValidateSharing(object, where, gates);
-    case ConfigKind::kVfioDeviceConfig:
-      return common::UnimplementedError(
-          fmt::format("{}: VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet", where));
+    case ConfigKind::kVfioDeviceConfig: {
+      if (!gates.Enabled(common::kPassthroughSupport)) {
+        return common::FailedPreconditionError(fmt::format(
+            "{}: VfioDeviceConfig needs the feature gate {}: enable it on the driver (chart value "
+            "featureGates.{}=true), or request a full GPU (DeviceClass gpu.nvidia.com) without it",
+            where, common::kPassthroughSupport, common::kPassthroughSupport));
+      }
+      const std::string policy = JsonString(JsonMember(object, "iommu"), "backendPolicy");
+      if (!policy.empty() && policy != "LegacyOnly" && policy != "PreferIommuFD") {
+        return common::InvalidArgumentError(fmt::format(
+            "{}.iommu.backendPolicy: \"{}\" is not one of LegacyOnly, PreferIommuFD", where, policy));
+      }
+      return common::OkStatus();
+    }
     case ConfigKind::kComputeDomainChannelConfig: {
       RETURN_IF_ERROR(ValidateDomainId(JsonString(object, "domainID"), where));
       const std::string mode = JsonString(object, "allocationMode");
@@ -411,6 +422,15 @@ StatusOr<std::vector<ConfiguredResults>> ResolveDeviceConfigs(
     grouped[it->second].results.push_back(std::move(allocated));
   }
   return grouped;
+}
+
+VfioSettings VfioSettingsOf(const OpaqueConfig& config) {
+  VfioSettings settings;
+  if (config.kind != ConfigKind::kVfioDeviceConfig) return settings;
+  const json& iommu = JsonMember(config.object, "iommu");
+  settings.prefer_iommufd = JsonString(iommu, "backendPolicy") == "PreferIommuFD";
+  if (const json& api = JsonMember(iommu, "enableAPIDevice"); api.is_boolean()) settings.enable_api_device = api.get<bool>();
+  return settings;
 }
 
 std::string_view TimeSliceIntervalName(TimeSliceInterval interval) {

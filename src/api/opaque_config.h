@@ -58,10 +58,17 @@ OpaqueConfig DefaultConfig(ConfigKind kind);
 // judges it (the webhook's and the plugin's gates are the chart's one
 // featureGates value). kInvalidArgument names the field for values that are
 // wrong in any setting; kFailedPrecondition names the feature gate (and the
-// chart value) a sharing strategy needs; kUnimplemented for what this
-// version does not do yet (VFIO) instead of ignoring it.
+// chart value) a sharing strategy or a VfioDeviceConfig needs.
 common::Status ValidateConfig(const OpaqueConfig& config, std::string_view where,
                               const common::FeatureGates& gates);
+
+// A VfioDeviceConfig's iommu settings, normalised as upstream's (backendPolicy
+// LegacyOnly and no API device when left out). Defaults for other kinds.
+struct VfioSettings {
+  bool prefer_iommufd = false;     // backendPolicy PreferIommuFD
+  bool enable_api_device = false;  // enableAPIDevice: /dev/iommu or /dev/vfio/vfio too
+};
+VfioSettings VfioSettingsOf(const OpaqueConfig& config);
 
 // upstream's TimeSliceInterval: the value nvidia-smi compute-policy
 // --set-timeslice takes.

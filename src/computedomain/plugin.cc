@@ -201,7 +201,8 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   }
   host_options.resources.pools[config.plugin.node_name].slices.push_back(std::move(slice));
   // Before serving, so no Prepare runs meanwhile.
-  host_options.after_reconcile = [state = parts->device_state.get()](kubeletplugin::ClaimPreparer& preparer) {
+  host_options.after_reconcile = [state = parts->device_state.get()](kubeletplugin::ClaimPreparer& preparer,
+                                                                   kubeletplugin::ResourceSlicePublisher&) {
     StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
     if (Status s = state->RemoveUnusedNodeLabel(*checkpoint); !s.ok()) {

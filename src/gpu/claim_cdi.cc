@@ -1,5 +1,6 @@
 #include "gpu/claim_cdi.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/overloaded.h"
@@ -45,13 +46,26 @@ Status GpuCdi::WriteClaimSpec(const std::string& claim_uid, const std::vector<Cl
                                       return drivercdi::MigDeviceEdits(slice.parent.minor, slice.mig.gi_id, slice.mig.ci_id,
                                                             roots_, options_.proc);
                                     },
+                                    [&](const VfioPassthroughDevice& vfio) -> StatusOr<kubeletplugin::CdiContainerEdits> {
+                                      // Path only: the runtime reads type and numbers from the host's node.
+                                      kubeletplugin::CdiContainerEdits edits;
+                                      kubeletplugin::CdiDeviceNode node;
+                                      node.path = vfio.device_node;
+                                      edits.device_nodes.push_back(std::move(node));
+                                      return edits;
+                                    },
                                 },
                                 device.kind));
     entry.edits.Append(device.extra_edits);
     spec_devices.push_back(std::move(entry));
   }
-  const kubeletplugin::CdiSpec spec =
-      drivercdi::BuildClaimSpec(kGpuCdiVendor, claim_uid, common_edits_, spec_devices, roots_);
+  const bool vfio_only = !devices.empty() && std::all_of(devices.begin(), devices.end(), [](const ClaimDevice& d) {
+    return std::holds_alternative<VfioPassthroughDevice>(d.kind);
+  });
+  kubeletplugin::CdiContainerEdits vfio_common;
+  vfio_common.env.push_back("NVIDIA_VISIBLE_DEVICES=void");
+  const kubeletplugin::CdiSpec spec = drivercdi::BuildClaimSpec(
+      kGpuCdiVendor, claim_uid, vfio_only ? vfio_common : common_edits_, spec_devices, roots_);
   return writer_.Write(spec, kubeletplugin::ClaimCdiSpecFileName(kGpuCdiVendor, claim_uid));
 }
 

@@ -47,10 +47,17 @@ struct MigSliceDevice {
   const MigDeviceInfo& mig;
 };
 
-// What a device this node publishes is. New kinds (VFIO, dynamic MIG) are
-// added here; every std::visit over it then fails to compile until it
-// handles them.
-using NodeDeviceKind = std::variant<FullGpuDevice, MigSliceDevice>;
+// A GPU passed through with vfio-pci: the container gets its VFIO device
+// node and none of the NVIDIA driver's files.
+struct VfioPassthroughDevice {
+  std::string bus_id;       // "0000:18:00.0"
+  std::string uuid;         // VfioDeviceUuid(bus_id)
+  std::string device_node;  // "/dev/vfio/<group>" or "/dev/vfio/devices/vfio<n>" (IOMMUFD)
+};
+
+// What a prepared device of this node is. Every std::visit over it fails to
+// compile until it handles a new kind.
+using NodeDeviceKind = std::variant<FullGpuDevice, MigSliceDevice, VfioPassthroughDevice>;
 
 // A device of a claim.
 struct ClaimDevice {
@@ -68,7 +75,9 @@ class GpuCdi {
   // "k8s.gpu.nvidia.com/claim=<uid>-<device>".
   static std::string ClaimDeviceId(const std::string& claim_uid, const std::string& device_name);
 
-  // Writes (or replaces) the claim's spec.
+  // Writes (or replaces) the claim's spec. A claim of VFIO devices only gets
+  // NVIDIA_VISIBLE_DEVICES=void instead of the driver's common edits, as
+  // upstream's: a passed-through GPU is driven by the guest's own driver.
   common::Status WriteClaimSpec(const std::string& claim_uid, const std::vector<ClaimDevice>& devices) const;
   // Removes the claim's spec; a missing file is fine.
   common::Status RemoveClaimSpec(const std::string& claim_uid) const;

@@ -38,6 +38,9 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
           [](const FullGpuDevice& gpu) -> kubeletplugin::PreparedDeviceKind {
             return kubeletplugin::PreparedGpu{.uuid = gpu.gpu.uuid};
           },
+          [](const VfioPassthroughDevice& vfio) -> kubeletplugin::PreparedDeviceKind {
+            return kubeletplugin::PreparedVfio{.uuid = vfio.uuid, .pci_bus_id = vfio.bus_id};
+          },
           [](const MigSliceDevice& slice) -> kubeletplugin::PreparedDeviceKind {
             return kubeletplugin::PreparedMig{.parent_minor = static_cast<int>(slice.parent.minor),
                                               .gi_id = static_cast<int>(slice.mig.gi_id),
@@ -60,7 +63,9 @@ GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, Compu
       compute_policy_(compute_policy),
       shares_devices_(options.shares_devices),
       mps_(options.mps),
-      dynamic_mig_(options.dynamic_mig) {
+      dynamic_mig_(options.dynamic_mig),
+      vfio_(options.vfio),
+      on_withdrawn_changed_(std::move(options.on_withdrawn_changed)) {
   for (const GpuInfo& gpu : inventory_.gpus) {
     if (dynamic_mig_ != nullptr && DynamicMigCapable(gpu)) {
       // What BuildPublishedResources publishes for DynamicMIG.
@@ -85,10 +90,100 @@ GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, Compu
                        MigSliceDevice{gpu, mig});
     }
   }
+  if (vfio_ != nullptr) {
+    // What BuildPublishedResources publishes with PassthroughSupport.
+    for (std::size_t i = 0; i < vfio_->functions().size(); ++i) {
+      const PciGpuFunction& function = vfio_->functions()[i];
+      const GpuInfo* parent = nullptr;
+      for (const GpuInfo& gpu : inventory_.gpus) {
+        if (gpu.pci.bus_id == function.bus_id) parent = &gpu;
+      }
+      devices_.emplace(VfioDeviceName(i), VfioSlot{function, parent});
+    }
+  }
 }
 
 std::vector<api::ConfigKind> GpuDeviceState::DefaultConfigKinds() const {
+  if (vfio_ != nullptr) {
+    return {api::ConfigKind::kGpuConfig, api::ConfigKind::kMigDeviceConfig, api::ConfigKind::kVfioDeviceConfig};
+  }
   return {api::ConfigKind::kGpuConfig, api::ConfigKind::kMigDeviceConfig};
+}
+
+std::string GpuDeviceState::BusIdOf(const std::string& device) const {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return "";
+  return std::visit(common::Overloaded{
+                        [](const FullGpuDevice& gpu) { return gpu.gpu.pci.bus_id; },
+                        [](const MigSliceDevice& slice) { return slice.parent.pci.bus_id; },
+                        [](const DynamicMigSlot& slot) { return slot.parent.pci.bus_id; },
+                        [](const VfioSlot& vfio) { return vfio.function.bus_id; },
+                    },
+                    it->second);
+}
+
+std::set<std::string> GpuDeviceState::Withdrawn() const {
+  std::set<std::string> withdrawn;
+  if (vfio_ == nullptr) return withdrawn;
+  // Bus id -> whether a VFIO device / another device of it is held.
+  std::set<std::string> passed_through;
+  std::set<std::string> in_use;
+  for (const auto& [uid, devices] : held_) {
+    for (const std::string& device : devices) {
+      auto it = devices_.find(device);
+      if (it == devices_.end()) continue;
+      (std::holds_alternative<VfioSlot>(it->second) ? passed_through : in_use).insert(BusIdOf(device));
+    }
+  }
+  for (const auto& [name, kind] : devices_) {
+    const bool is_vfio = std::holds_alternative<VfioSlot>(kind);
+    if ((is_vfio ? in_use : passed_through).contains(BusIdOf(name))) withdrawn.insert(name);
+  }
+  return withdrawn;
+}
+
+void GpuDeviceState::NoteHeld(const std::string& claim_uid, std::set<std::string> devices) {
+  if (vfio_ == nullptr) return;
+  const std::set<std::string> before = Withdrawn();
+  if (devices.empty()) {
+    held_.erase(claim_uid);
+  } else {
+    held_[claim_uid] = std::move(devices);
+  }
+  std::set<std::string> after = Withdrawn();
+  if (after != before && on_withdrawn_changed_) on_withdrawn_changed_(after);
+}
+
+Status GpuDeviceState::CheckPassthroughConflicts(const kubeletplugin::ClaimView& claim) const {
+  if (vfio_ == nullptr) return common::OkStatus();
+  // Bus id -> (device, holder) of what is prepared, this claim's included.
+  std::map<std::string, std::pair<std::string, std::string>> vfio_on, other_on;
+  for (const auto& [uid, devices] : held_) {
+    if (uid == claim.ref.uid) continue;
+    for (const std::string& device : devices) {
+      auto it = devices_.find(device);
+      if (it == devices_.end()) continue;
+      auto& on = std::holds_alternative<VfioSlot>(it->second) ? vfio_on : other_on;
+      on.emplace(BusIdOf(device), std::pair{device, "claim " + uid});
+    }
+  }
+  for (const api::ConfiguredResults& group : claim.groups) {
+    for (const api::AllocatedDevice& allocated : group.results) {
+      auto it = devices_.find(allocated.device);
+      if (it == devices_.end()) continue;
+      const bool is_vfio = std::holds_alternative<VfioSlot>(it->second);
+      const std::string bus_id = BusIdOf(allocated.device);
+      const auto& siblings = is_vfio ? other_on : vfio_on;
+      if (auto found = siblings.find(bus_id); found != siblings.end()) {
+        return common::FailedPreconditionError(fmt::format(
+            "{} and {} are the same GPU ({}), which {} holds as {}: a GPU is either passed through with vfio-pci "
+            "or used with the NVIDIA driver; it becomes available when that claim is released",
+            allocated.device, found->second.first, bus_id, found->second.second, found->second.first));
+      }
+      (is_vfio ? vfio_on : other_on).emplace(bus_id, std::pair{allocated.device, "this claim"});
+    }
+  }
+  return common::OkStatus();
 }
 
 StatusOr<api::ConfigKind> GpuDeviceState::ConfigKindOf(const std::string& device) const {
@@ -101,6 +196,7 @@ StatusOr<api::ConfigKind> GpuDeviceState::ConfigKindOf(const std::string& device
                         [](const FullGpuDevice&) { return api::ConfigKind::kGpuConfig; },
                         [](const MigSliceDevice&) { return api::ConfigKind::kMigDeviceConfig; },
                         [](const DynamicMigSlot&) { return api::ConfigKind::kMigDeviceConfig; },
+                        [](const VfioSlot&) { return api::ConfigKind::kVfioDeviceConfig; },
                     },
                     it->second);
 }
@@ -110,6 +206,17 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
   std::vector<ClaimDevice> spec_devices;
   std::vector<std::string> daemons_not_ready;
   std::deque<MigDeviceInfo> created;  // dynamic MIG devices made here; the spec refers to them
+  RETURN_IF_ERROR(CheckPassthroughConflicts(claim));
+  const auto vfio_groups = std::count_if(claim.groups.begin(), claim.groups.end(), [](const auto& group) {
+    return group.config.kind == api::ConfigKind::kVfioDeviceConfig;
+  });
+  if (vfio_groups > 1) {
+    return common::InvalidArgumentError(fmt::format(
+        "claim {} has {} VFIO device groups (devices under different VfioDeviceConfigs), but at most one is "
+        "supported per claim: use one VfioDeviceConfig for all its VFIO requests",
+        claim.ref.uid, vfio_groups));
+  }
+  std::set<std::string> held;
   for (const api::ConfiguredResults& configured : claim.groups) {
     PreparedDeviceGroup group{.devices = {}, .config_state = kubeletplugin::GpuConfigState{}};
     auto& config_state = std::get<kubeletplugin::GpuConfigState>(group.config_state);
@@ -135,9 +242,24 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
       // ConfigKindOf found every device when the view was resolved.
       const StateDeviceKind& state_kind = devices_.at(allocated.device);
       // A dynamic MIG slot becomes the MIG device made for it now.
+      kubeletplugin::CdiContainerEdits device_edits = group_edits;
       auto made = [&]() -> StatusOr<NodeDeviceKind> {
         if (const auto* gpu = std::get_if<FullGpuDevice>(&state_kind)) return NodeDeviceKind(*gpu);
         if (const auto* slice = std::get_if<MigSliceDevice>(&state_kind)) return NodeDeviceKind(*slice);
+        if (const auto* vfio = std::get_if<VfioSlot>(&state_kind)) {
+          const std::string& bus_id = vfio->function.bus_id;
+          RETURN_IF_ERROR(vfio_->Bind(bus_id));
+          common::CrashPoint("prepare-after-vfio-bind");
+          const api::VfioSettings settings = api::VfioSettingsOf(configured.config);
+          ASSIGN_OR_RETURN(std::string node, vfio_->DeviceNode(bus_id, settings));
+          if (settings.enable_api_device && &allocated == &configured.results.front()) {
+            kubeletplugin::CdiDeviceNode api_device;
+            api_device.path = vfio_->ApiDeviceNode(settings);
+            device_edits.device_nodes.push_back(std::move(api_device));
+          }
+          return NodeDeviceKind(
+              VfioPassthroughDevice{.bus_id = bus_id, .uuid = VfioDeviceUuid(bus_id), .device_node = std::move(node)});
+        }
         const auto& slot = std::get<DynamicMigSlot>(state_kind);
         ASSIGN_OR_RETURN(const LiveMig live, dynamic_mig_->Create(slot.parent, slot.profile, slot.placement));
         MigDeviceInfo& info = created.emplace_back();
@@ -151,7 +273,8 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
       };
       ASSIGN_OR_RETURN(const NodeDeviceKind kind, made());
       group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device)));
-      spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind, .extra_edits = group_edits});
+      spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind, .extra_edits = device_edits});
+      held.insert(allocated.device);
     }
     // Exclusive use applies nothing: the config state stays empty.
     const std::optional<api::Sharing> sharing = api::SharingOf(configured.config);
@@ -175,6 +298,7 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
   common::CrashPoint("prepare-before-cdi-write");
   RETURN_IF_ERROR(cdi_.WriteClaimSpec(claim.ref.uid, spec_devices));
   common::CrashPoint("prepare-after-cdi-write");
+  NoteHeld(claim.ref.uid, std::move(held));
   return groups;
 }
 
@@ -205,6 +329,8 @@ std::optional<MpsDaemonSpec> GpuDeviceState::MpsSpecOf(const std::string& claim_
                    },
                    // MPSSupport and DynamicMIG exclude each other (feature gates).
                    [&](const DynamicMigSlot& slot) { add_gpu(slot.parent); },
+                   // A VfioDeviceConfig's group never asks for MPS.
+                   [](const VfioSlot&) {},
                },
                it->second);
   }
@@ -258,6 +384,31 @@ Status GpuDeviceState::SweepLeftovers(const kubeletplugin::Checkpoint& checkpoin
     } else if (*removed > 0) {
       LOG_INFO(0, "removed MPS control daemons of claims not in the checkpoint", {{"count", *removed}});
     }
+  }
+  if (vfio_ != nullptr) {
+    // What completed claims hold (withdrawn siblings included); GPUs the
+    // plugin bound for anything else go back to nvidia.
+    held_.clear();
+    std::set<std::string> passed_through;
+    for (const auto& [uid, entry] : checkpoint.claims) {
+      if (entry.state != kubeletplugin::ClaimCheckpointState::kPrepareCompleted) continue;
+      std::set<std::string>& devices = held_[uid];
+      for (const PreparedDeviceGroup& group : entry.prepared_devices) {
+        for (const kubeletplugin::PreparedDeviceEntry& device : group.devices) {
+          devices.insert(device.device.device.device_name);
+          if (const auto* vfio = std::get_if<kubeletplugin::PreparedVfio>(&device.kind)) {
+            passed_through.insert(vfio->pci_bus_id.empty() ? BusIdOf(device.device.device.device_name) : vfio->pci_bus_id);
+          }
+        }
+      }
+    }
+    StatusOr<int> released = vfio_->ReleaseAllBut(passed_through);
+    if (!released.ok()) {
+      if (first_error.ok()) first_error = released.status();
+    } else if (*released > 0) {
+      LOG_INFO(0, "gave GPUs that no prepared claim passes through back to nvidia", {{"count", *released}});
+    }
+    if (on_withdrawn_changed_) on_withdrawn_changed_(Withdrawn());
   }
   if (dynamic_mig_ != nullptr) {
     // Instances completed claims hold stay; anything else (a leftover of a
@@ -341,6 +492,31 @@ Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& clai
       RETURN_IF_ERROR(DestroyDynamicMigOf(claim));
     }
   }
+  // GPUs passed through: the entry's, or a PrepareStarted leftover's
+  // allocation (a crash may have come after the bind).
+  if (vfio_ != nullptr) {
+    std::set<std::string> passed_through;
+    for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
+      for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) {
+        if (const auto* vfio = std::get_if<kubeletplugin::PreparedVfio>(&entry.kind)) {
+          passed_through.insert(vfio->pci_bus_id.empty() ? BusIdOf(entry.device.device.device_name) : vfio->pci_bus_id);
+        }
+      }
+    }
+    if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+      for (const api::ConfiguredResults& group : claim.view->groups) {
+        for (const api::AllocatedDevice& allocated : group.results) {
+          auto it = devices_.find(allocated.device);
+          if (it != devices_.end() && std::holds_alternative<VfioSlot>(it->second)) {
+            passed_through.insert(BusIdOf(allocated.device));
+          }
+        }
+      }
+    }
+    for (const std::string& bus_id : passed_through) {
+      if (!bus_id.empty()) RETURN_IF_ERROR(vfio_->Release(bus_id));
+    }
+  }
   for (const std::string& id : daemons) {
     if (mps_ == nullptr) {
       LOG_ERROR("cannot stop an MPS control daemon: MPSSupport is off on this plugin; delete its Deployment by hand",
@@ -356,7 +532,9 @@ Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& clai
     if (claim.held_by_other_claims.contains(name)) continue;
     RETURN_IF_ERROR(compute_policy_.SetTimeSlice(uuid, api::TimeSliceInterval::kDefault));
   }
-  return cdi_.RemoveClaimSpec(claim.ref.uid);
+  RETURN_IF_ERROR(cdi_.RemoveClaimSpec(claim.ref.uid));
+  NoteHeld(claim.ref.uid, {});
+  return common::OkStatus();
 }
 
 }  // namespace nvdra::gpu

@@ -24,15 +24,21 @@
 // redoes each step idempotently and must not tear down a daemon it is
 // waiting for. Unprepare stops the daemon; SweepLeftovers removes daemons
 // of claims the checkpoint does not hold. MPS with consumable shares is
-// refused, as upstream. VFIO and dynamic MIG fail validation with a clear
-// "not supported yet".
+// refused, as upstream.
+// VFIO (gate PassthroughSupport): gpu-vfio-<n> binds its GPU to vfio-pci at
+// Prepare and gives it back at Unprepare (vfio_passthrough.h); a VFIO device
+// and the full GPU or MIG devices of the same GPU exclude each other: while
+// one is prepared the others are withdrawn from the slice (Withdrawn(),
+// republished through `on_withdrawn_changed`) and refused at Prepare.
 //
 // Ownership: owns its copy of the inventory; borrows the CDI generator, the
 // compute policy and the MPS daemons (null with MPSSupport off).
 // Thread-safety: the ClaimPreparer calls one method at a time (pu.lock),
-// except AwaitRetry; the device map is immutable after construction.
+// except AwaitRetry; the device map is immutable after construction, the
+// prepared-device map is only touched by the pu.lock-serialised methods.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,6 +52,7 @@
 #include "gpu/discovery.h"
 #include "gpu/dynamic_mig.h"
 #include "gpu/mps_daemon.h"
+#include "gpu/vfio_passthrough.h"
 #include "kubeletplugin/claim_device_backend.h"
 
 namespace nvdra::gpu {
@@ -60,8 +67,16 @@ struct DynamicMigSlot {
   nvml::GpuInstancePlacement placement;
 };
 
+// A GPU PCI function passed through with vfio-pci (PassthroughSupport).
+// `parent`: the NVML GPU on it, null when the plugin started with it off
+// nvidia (on vfio-pci already).
+struct VfioSlot {
+  const PciGpuFunction& function;
+  const GpuInfo* parent;
+};
+
 // A device this node publishes, as the device state knows it.
-using StateDeviceKind = std::variant<FullGpuDevice, MigSliceDevice, DynamicMigSlot>;
+using StateDeviceKind = std::variant<FullGpuDevice, MigSliceDevice, DynamicMigSlot, VfioSlot>;
 
 struct GpuDeviceStateOptions {
   // --consumable-shares is on: claims with equal configs may share a device
@@ -71,6 +86,11 @@ struct GpuDeviceStateOptions {
   // DynamicMIG: MIG-capable GPUs are the full GPU (unless an Ampere GPU has
   // MIG on) plus every profile x placement, made at Prepare. Null: off.
   const DynamicMig* dynamic_mig = nullptr;
+  // PassthroughSupport: gpu-vfio-<n> devices. Null: off.
+  VfioPassthrough* vfio = nullptr;
+  // Called, under pu.lock, when the devices to withdraw from the slice
+  // change (PassthroughSupport), with the new Withdrawn().
+  std::function<void(const std::set<std::string>& withdrawn)> on_withdrawn_changed{};
 };
 
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
@@ -94,7 +114,19 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   const std::map<std::string, StateDeviceKind>& devices() const { return devices_; }
   const NodeInventory& inventory() const { return inventory_; }
 
+  // Published devices to leave out of the slice now: the siblings of
+  // prepared devices on the same GPU (its VFIO twin while the full GPU or one
+  // of its MIG devices is prepared; the full GPU and its MIG devices while the
+  // twin is). Empty without PassthroughSupport.
+  std::set<std::string> Withdrawn() const;
+
  private:
+  // The PCI function (bus id) a device of this node lives on.
+  std::string BusIdOf(const std::string& device) const;
+  // kFailedPrecondition when a device of `claim` and a device another claim
+  // holds (or another device of this claim) are a GPU and its VFIO twin.
+  common::Status CheckPassthroughConflicts(const kubeletplugin::ClaimView& claim) const;
+  void NoteHeld(const std::string& claim_uid, std::set<std::string> devices);
   // The full GPUs of `group` that its config asks to time-slice, by device
   // name -> UUID.
   std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
@@ -111,7 +143,12 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   const bool shares_devices_;
   MpsDaemons* const mps_;
   const DynamicMig* const dynamic_mig_;
-  std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_
+  VfioPassthrough* const vfio_;
+  const std::function<void(const std::set<std::string>&)> on_withdrawn_changed_;
+  std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_ and vfio_'s functions
+  // Devices of prepared claims, by claim UID (PassthroughSupport only):
+  // what Withdrawn() and the conflict check look at.
+  std::map<std::string, std::set<std::string>> held_;
 };
 
 }  // namespace nvdra::gpu

@@ -8,11 +8,13 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/metrics_server.h"
+#include "common/mutex.h"
 #include "drivercdi/hook_install.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/device_state.h"
@@ -20,6 +22,7 @@
 #include "gpu/dynamic_mig.h"
 #include "gpu/mps_daemon.h"
 #include "gpu/published_devices.h"
+#include "gpu/vfio_passthrough.h"
 #include "k8s/client_from_flags.h"
 #include "kubeletplugin/plugin_host.h"
 #include "kubeletplugin/plugin_lifecycle.h"
@@ -29,6 +32,8 @@
 namespace nvdra::gpu {
 
 using common::StatusOr;
+
+class SlicePublication;
 
 // Declared in destruction order's reverse: the host (its server first) goes
 // before the device state and CDI writer its calls use.
@@ -42,6 +47,8 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<ApiMpsDeployments> mps_deployments;  // MPSSupport only
   std::unique_ptr<MpsDaemons> mps;                     // MPSSupport only
   std::unique_ptr<DynamicMig> dynamic_mig;             // DynamicMIG only
+  std::unique_ptr<VfioPassthrough> vfio;               // PassthroughSupport only
+  std::unique_ptr<SlicePublication> publication;
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<kubeletplugin::PluginHost> host;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
@@ -100,6 +107,52 @@ kubeletplugin::DriverResources SlicesFor(const std::string& node_name, const Pub
   for (const std::string& set : order) slices.push_back(std::move(by_set[set]));
   return resources;
 }
+
+}  // namespace
+
+// The slices as they should be now: every published device but those the
+// device state withdraws (VFIO siblings), in the counter layout. Publish may
+// come before the publisher exists (the first reconcile runs inside
+// PluginHost::Start): it is then only remembered, and Attach publishes it.
+// Thread-safety: thread-safe.
+class SlicePublication {
+ public:
+  SlicePublication(std::string node_name, PublishedResources all, CounterLayout layout)
+      : node_name_(std::move(node_name)), all_(std::move(all)), layout_(layout) {}
+
+  kubeletplugin::DriverResources Resources(const std::set<std::string>& withdrawn) const {
+    PublishedResources shown;
+    shown.counter_sets = all_.counter_sets;
+    for (const PublishedDevice& device : all_.devices) {
+      if (!withdrawn.contains(device.name)) shown.devices.push_back(device);
+    }
+    return SlicesFor(node_name_, shown, layout_);
+  }
+  void Publish(const std::set<std::string>& withdrawn) {
+    common::MutexLock lock(mu_);
+    if (withdrawn != withdrawn_) {
+      LOG_INFO(1, "republishing: devices withdrawn while their GPU's sibling is prepared",
+               {{"withdrawn", fmt::format("{}", fmt::join(withdrawn, ","))}});
+    }
+    withdrawn_ = withdrawn;
+    if (publisher_ != nullptr) publisher_->Update(Resources(withdrawn_));
+  }
+  void Attach(kubeletplugin::ResourceSlicePublisher& publisher) {
+    common::MutexLock lock(mu_);
+    publisher_ = &publisher;
+    publisher_->Update(Resources(withdrawn_));
+  }
+
+ private:
+  const std::string node_name_;
+  const PublishedResources all_;
+  const CounterLayout layout_;
+  common::Mutex mu_;
+  std::set<std::string> withdrawn_ GUARDED_BY(mu_);
+  kubeletplugin::ResourceSlicePublisher* publisher_ GUARDED_BY(mu_) = nullptr;
+};
+
+namespace {
 
 // The API server's minor version ("37", "37+" -> 37).
 StatusOr<int> ServerMinorVersion(k8s::Client& client) {
@@ -174,7 +227,24 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   DiscoveryOptions discovery;
   discovery.sysfs_root = environment.sysfs_root;
   ASSIGN_OR_RETURN(NodeInventory inventory, DiscoverDevices(*parts->nvml, discovery));
+  const std::filesystem::path plugin_dir =
+      std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
   PublishOptions publish;
+  if (gates.Enabled(common::kPassthroughSupport)) {
+    StatusOr<std::string> boot_id = common::ReadWholeFile(environment.boot_id_file);
+    if (!boot_id.ok()) return boot_id.status().WithContext("reading the boot id for PassthroughSupport");
+    while (!boot_id->empty() && (boot_id->back() == '\n' || boot_id->back() == ' ')) boot_id->pop_back();
+    ASSIGN_OR_RETURN(VfioPassthrough vfio,
+                     VfioPassthrough::Open({.host_root = config.host_root,
+                                            .record_file = plugin_dir / "vfio-bindings.json",
+                                            .boot_id = *boot_id}));
+    parts->vfio = std::make_unique<VfioPassthrough>(std::move(vfio));
+    publish.vfio_functions = parts->vfio->functions();
+    publish.iommufd_enabled = parts->vfio->iommufd_available();
+    LOG_INFO(0, "PassthroughSupport: GPU PCI functions found",
+             {{"functions", publish.vfio_functions.size()}, {"iommufd", publish.iommufd_enabled},
+              {"hostRoot", config.host_root}});
+  }
   publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
   publish.dynamic_mig = gates.Enabled(common::kDynamicMIG);
   // Validated with the flags (and refused without the ConsumableShares gate).
@@ -184,8 +254,6 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
            {{"gpus", inventory.gpus.size()}, {"devices", published.devices.size()},
             {"driverVersion", inventory.driver_version}});
 
-  const std::filesystem::path plugin_dir =
-      std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
   GpuCdiOptions cdi_options;
   cdi_options.cdi_root = config.plugin.cdi_root;
   cdi_options.driver_root = config.plugin.nvidia_driver_root;
@@ -218,17 +286,22 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
              {{"counterSets", published.counter_sets.size()}, {"serverMinor", minor},
               {"layout", layout == CounterLayout::kSplit ? "split" : "combined"}});
   }
+  parts->publication = std::make_unique<SlicePublication>(config.plugin.node_name, published, layout);
   parts->device_state = std::make_unique<GpuDeviceState>(
       std::move(inventory), *parts->cdi, *parts->compute_policy,
-      GpuDeviceStateOptions{.shares_devices = publish.consumable_shares.enabled(),
-                            .mps = parts->mps.get(),
-                            .dynamic_mig = parts->dynamic_mig.get()});
+      GpuDeviceStateOptions{
+          .shares_devices = publish.consumable_shares.enabled(),
+          .mps = parts->mps.get(),
+          .dynamic_mig = parts->dynamic_mig.get(),
+          .vfio = parts->vfio.get(),
+          .on_withdrawn_changed = [publication = parts->publication.get()](
+                                      const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); }});
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();
   host_options.preparer.gates = gates;
   host_options.boot_id_file = environment.boot_id_file;
-  host_options.resources = SlicesFor(config.plugin.node_name, published, layout);
+  host_options.resources = parts->publication->Resources({});
   // Specs of claims the checkpoint no longer has (discarded after a reboot
   // when the CDI root is on disk) would otherwise stay forever.
   // Only after a reboot: then they describe devices of the earlier boot. A
@@ -236,7 +309,11 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   // specs of claims whose pods still run; each goes when the kubelet
   // unprepares its claim (ForgetUnknownClaim), and removing them now would
   // keep those containers from restarting.
-  host_options.after_reconcile = [cdi = parts->cdi.get()](kubeletplugin::ClaimPreparer& preparer) {
+  host_options.after_reconcile = [cdi = parts->cdi.get(), publication = parts->publication.get()](
+                                     kubeletplugin::ClaimPreparer& preparer,
+                                     kubeletplugin::ResourceSlicePublisher& publisher) {
+    // From now on the device state's withdrawals reach the API server.
+    publication->Attach(publisher);
     StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
     if (!preparer.DiscardedClaimsOfAnEarlierBoot()) return;

@@ -248,7 +248,37 @@ void ApplyConsumableShares(const ConsumableShares& shares, PublishedDevice& devi
   }
 }
 
+// A PCI function passed through with vfio-pci (upstream's VfioDeviceInfo
+// GetDevice). `parent` is the NVML GPU on that function, when NVML sees it.
+PublishedDevice VfioDevice(std::size_t index, const PciGpuFunction& function, const GpuInfo* parent,
+                           const PublishOptions& options) {
+  PublishedDevice device;
+  device.name = VfioDeviceName(index);
+  auto& a = device.attributes;
+  a["type"] = std::string("vfio");
+  a["uuid"] = VfioDeviceUuid(function.bus_id);
+  a["deviceID"] = fmt::format("0x{:04x}", function.device_id);
+  a["vendorID"] = fmt::format("0x{:04x}", function.vendor_id);
+  // Upstream takes the PCI ID database's name; the image has no pci.ids, so
+  // NVML's name of the GPU on that function stands in when NVML sees it.
+  a["productName"] = parent != nullptr ? parent->product_name : fmt::format("NVIDIA device 0x{:04x}", function.device_id);
+  a["iommuFDEnabled"] = options.iommufd_enabled;
+  a[kPciBusIdAttribute] = function.bus_id;
+  if (function.pcie_root) a[kPcieRootAttribute] = *function.pcie_root;
+  if (function.numa_node) {
+    if (options.list_type_attributes) {
+      a[kNumaNodeAttribute] = std::vector<std::int64_t>{*function.numa_node};
+    } else {
+      a[kNumaNodeAttribute] = static_cast<std::int64_t>(*function.numa_node);
+    }
+  }
+  device.capacity["addressableMemory"] = static_cast<std::int64_t>(function.addressable_memory_bytes);
+  return device;
+}
+
 }  // namespace
+
+std::string VfioDeviceName(std::size_t index) { return fmt::format("gpu-vfio-{}", index); }
 
 StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& inventory,
                                                      const PublishOptions& options) {
@@ -281,6 +311,13 @@ StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory& invent
     }
     SortByName(migs);
     for (auto& device : migs) out.devices.push_back(std::move(device));
+  }
+  for (std::size_t i = 0; i < options.vfio_functions.size(); ++i) {
+    const PciGpuFunction& function = options.vfio_functions[i];
+    const auto parent = std::find_if(inventory.gpus.begin(), inventory.gpus.end(),
+                                     [&](const GpuInfo& gpu) { return gpu.pci.bus_id == function.bus_id; });
+    out.devices.push_back(
+        VfioDevice(i, function, parent == inventory.gpus.end() ? nullptr : &*parent, options));
   }
   return out;
 }

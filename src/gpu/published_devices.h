@@ -14,8 +14,12 @@
 //                         profile x placement; all consume counters of the
 //                         GPU's counter set gpu-<minor>-counter-set.
 //
-// Not here yet: VFIO twins (PassthroughSupport) and Fabric Manager partition
-// attributes, which need sysfs PCI enumeration and the FM API.
+//   PassthroughSupport:   besides, gpu-vfio-<n> for every NVIDIA GPU PCI
+//                         function (n: its place in bus-id order), with
+//                         addressableMemory; the full GPU and its MIG devices
+//                         are the twin's siblings (VfioSiblings).
+//
+// Not here yet: Fabric Manager partition attributes, which need the FM API.
 // Thread-safety: values and pure functions.
 
 #include <cstdint>
@@ -30,6 +34,7 @@
 
 #include "common/status.h"
 #include "gpu/discovery.h"
+#include "gpu/pci_sysfs.h"
 
 namespace nvdra::gpu {
 
@@ -107,7 +112,14 @@ struct PublishOptions {
   bool fabric_manager_partitioning = false;  // gate FabricManagerPartitioning: gpuModuleID
   bool list_type_attributes = false;         // gate DRAListTypeAttributes: numaNode as a list
   ConsumableShares consumable_shares{};      // full GPUs and static MIG devices
+  // PassthroughSupport: the node's NVIDIA GPU PCI functions (PciSysfs::ListGpus
+  // order) and whether the host has IOMMUFD; empty: no VFIO devices.
+  std::vector<PciGpuFunction> vfio_functions;
+  bool iommufd_enabled = false;
 };
+
+// "gpu-vfio-<index>".
+std::string VfioDeviceName(std::size_t index);
 
 // kInvalidArgument when a version reported by NVML cannot be made a semantic
 // version (the API server would reject the slice).

@@ -27,7 +27,7 @@ common::StatusOr<std::unique_ptr<PluginHost>> PluginHost::Start(const KubeletPlu
 
   ClaimPreparer& preparer = *host->preparer_;
   std::function<void()> after_reconcile;
-  if (options.after_reconcile) after_reconcile = [&] { options.after_reconcile(preparer); };
+  if (options.after_reconcile) after_reconcile = [&] { options.after_reconcile(preparer, *host->publisher_); };
   ASSIGN_OR_RETURN(host->server_, ReconcileThenServe(flags, driver, plugin_dir, preparer, after_reconcile));
   return host;
 }

@@ -36,8 +36,9 @@ struct PluginHostOptions {
   // The plugin's devices, published before serving.
   DriverResources resources;
   // Runs once after the first reconcile, before serving (plugin-specific
-  // clean-up that needs the reconciled checkpoint); may be empty.
-  std::function<void(ClaimPreparer& preparer)> after_reconcile;
+  // clean-up that needs the reconciled checkpoint, or a republish of devices
+  // that depend on it); may be empty.
+  std::function<void(ClaimPreparer& preparer, ResourceSlicePublisher& publisher)> after_reconcile;
 };
 
 class PluginHost {

@@ -290,7 +290,7 @@ TEST_F(WebhookClusterTest, RejectsEachKindOfInvalidConfigNamingTheField) {
        Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig", {{"domainID", "../../etc"}})),
        "spec.devices.config[0].opaque.parameters.domainID: \"../../etc\" is not a UID"},
       {"passthrough", Opaque("gpu.nvidia.com", Params("VfioDeviceConfig")),
-       "spec.devices.config[0].opaque.parameters: VfioDeviceConfig (GPU passthrough) is not supported"},
+       "spec.devices.config[0].opaque.parameters: VfioDeviceConfig needs the feature gate PassthroughSupport"},
       {"channel-without-domain", Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig")),
        "spec.devices.config[0].opaque.parameters.domainID: must be set"},
       {"channel-bad-mode",

@@ -57,6 +57,9 @@ class MockNode {
       std::ofstream(real / "numa_node") << device.value("numaNode", -1) << "\n";
       fs::create_directories(root_ / "sys/bus/pci/devices");
       fs::create_symlink(real, root_ / "sys/bus/pci/devices" / bus);
+      // On nvidia, as the mock NVML requires of a GPU it manages.
+      fs::create_directories(root_ / "sys/bus/pci/drivers/nvidia");
+      fs::create_symlink(root_ / "sys/bus/pci/drivers/nvidia", real / "driver");
     }
   }
   ~MockNode() {

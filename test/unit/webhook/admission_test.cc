@@ -168,8 +168,9 @@ const InvalidCase kInvalidCases[] = {
     {"MigHasNoTimeSlicingConfig",
      Opaque("gpu.nvidia.com", Params("MigDeviceConfig", {{"sharing", {{"timeSlicingConfig", json::object()}}}})),
      ".sharing.timeSlicingConfig: unknown field"},
-    {"Passthrough", Opaque("gpu.nvidia.com", Params("VfioDeviceConfig")),
-     ": VfioDeviceConfig (GPU passthrough) is not supported by this driver version yet"},
+    {"PassthroughNeedsItsGate", Opaque("gpu.nvidia.com", Params("VfioDeviceConfig")),
+     ": VfioDeviceConfig needs the feature gate PassthroughSupport: enable it on the driver (chart value "
+     "featureGates.PassthroughSupport=true)"},
     {"ChannelWithoutDomain", Opaque("compute-domain.nvidia.com", Params("ComputeDomainChannelConfig")),
      ".domainID: must be set to the ComputeDomain's UID"},
     {"ChannelBadAllocationMode",
@@ -342,6 +343,61 @@ TEST(ValidateDeviceConfigs, FollowsTheDriversFeatureGates) {
   common::Status off = ValidateDeviceConfigs(time_sliced, "spec.devices", Gates());
   EXPECT_EQ(off.code(), common::StatusCode::kInvalidArgument);
   EXPECT_NE(off.message().find("needs the feature gate TimeSlicingSettings"), std::string::npos) << off.message();
+}
+
+// VFIO rules a claim spec shows before any device is allocated: the config
+// kind must fit the class of each request it names, a claim has at most one
+// VfioDeviceConfig, and backendPolicy is one of upstream's two.
+TEST(ValidateDeviceConfigs, VfioConfigsFitTheirRequestsAndComeOnePerClaim) {
+  auto gates = common::FeatureGates::Parse("PassthroughSupport=true");
+  ASSERT_TRUE(gates.ok());
+  auto request = [](const std::string& name, const std::string& device_class) {
+    return json{{"name", name}, {"exactly", {{"deviceClassName", device_class}}}};
+  };
+  auto config = [](const std::string& kind, json requests, json extra = json::object()) {
+    json parameters = Params(kind, std::move(extra));
+    return json{{"requests", std::move(requests)}, {"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", parameters}}}};
+  };
+  const json requests = json::array({request("vm", "vfio.gpu.nvidia.com"), request("slice", "mig.nvidia.com"),
+                                     request("gpu", "gpu.nvidia.com")});
+  json good = {{"requests", requests},
+               {"config", json::array({config("VfioDeviceConfig", json::array({"vm"}),
+                                              {{"iommu", {{"backendPolicy", "PreferIommuFD"}, {"enableAPIDevice", true}}}}),
+                                       config("MigDeviceConfig", json::array({"slice"}))})}};
+  EXPECT_TRUE(ValidateDeviceConfigs(good, "spec.devices", *gates).ok());
+
+  json on_mig = {{"requests", requests}, {"config", json::array({config("VfioDeviceConfig", json::array({"slice"}))})}};
+  common::Status status = ValidateDeviceConfigs(on_mig, "spec.devices", *gates);
+  EXPECT_EQ(status.code(), common::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("spec.devices.config[0].opaque.parameters.kind: a VfioDeviceConfig cannot apply to "
+                                  "request slice, whose class mig.nvidia.com gives devices that take a MigDeviceConfig; "
+                                  "VFIO passes whole GPUs through: request DeviceClass vfio.gpu.nvidia.com"),
+            std::string::npos)
+      << status.message();
+
+  json gpu_config_on_vfio = {{"requests", requests}, {"config", json::array({config("GpuConfig", json::array({"vm"}))})}};
+  status = ValidateDeviceConfigs(gpu_config_on_vfio, "spec.devices", *gates);
+  EXPECT_NE(status.message().find("a GpuConfig cannot apply to request vm, whose class vfio.gpu.nvidia.com gives devices "
+                                  "that take a VfioDeviceConfig"),
+            std::string::npos)
+      << status.message();
+
+  json two = {{"requests", requests},
+              {"config", json::array({config("VfioDeviceConfig", json::array({"vm"})),
+                                      config("VfioDeviceConfig", json::array())})}};
+  status = ValidateDeviceConfigs(two, "spec.devices", *gates);
+  EXPECT_NE(status.message().find("spec.devices: 2 VfioDeviceConfigs (spec.devices.config[0], spec.devices.config[1]); "
+                                  "a claim takes at most one VFIO device group"),
+            std::string::npos)
+      << status.message();
+
+  json bad_policy = {{"config", json::array({config("VfioDeviceConfig", json::array(),
+                                                    {{"iommu", {{"backendPolicy", "Fast"}}}})})}};
+  status = ValidateDeviceConfigs(bad_policy, "spec.devices", *gates);
+  EXPECT_NE(status.message().find("spec.devices.config[0].opaque.parameters.iommu.backendPolicy: \"Fast\" is not one of "
+                                  "LegacyOnly, PreferIommuFD"),
+            std::string::npos)
+      << status.message();
 }
 
 }  // namespace

@@ -23,8 +23,9 @@ using kubeletplugin::PreparedDeviceGroup;
 namespace {
 
 // The checkpoint's record of one allocated device.
+// `attributes`: the device's published attributes, for DeviceMetadata.
 kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::AllocatedDevice& allocated,
-                                         const std::string& cdi_id) {
+                                         const std::string& cdi_id, const nlohmann::json* attributes) {
   kubeletplugin::CheckpointedDevice device{
       .device = {.requests = {allocated.request},
                  .pool_name = allocated.pool,
@@ -33,6 +34,7 @@ kubeletplugin::PreparedDeviceEntry Entry(const NodeDeviceKind& kind, const api::
       .share_id = allocated.share_id,
       .metadata = nullptr,
   };
+  if (attributes != nullptr) device.metadata = {{"Attributes", *attributes}, {"NetworkData", nullptr}};
   kubeletplugin::PreparedDeviceKind recorded = std::visit(
       common::Overloaded{
           [](const FullGpuDevice& gpu) -> kubeletplugin::PreparedDeviceKind {
@@ -65,6 +67,7 @@ GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, Compu
       mps_(options.mps),
       dynamic_mig_(options.dynamic_mig),
       vfio_(options.vfio),
+      device_metadata_(std::move(options.device_metadata)),
       on_withdrawn_changed_(std::move(options.on_withdrawn_changed)) {
   for (const GpuInfo& gpu : inventory_.gpus) {
     if (dynamic_mig_ != nullptr && DynamicMigCapable(gpu)) {
@@ -272,7 +275,9 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
         return NodeDeviceKind(MigSliceDevice{slot.parent, info});
       };
       ASSIGN_OR_RETURN(const NodeDeviceKind kind, made());
-      group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device)));
+      auto attributes = device_metadata_.find(allocated.device);
+      group.devices.push_back(Entry(kind, allocated, GpuCdi::ClaimDeviceId(claim.ref.uid, allocated.device),
+                                    attributes == device_metadata_.end() ? nullptr : &attributes->second));
       spec_devices.push_back(ClaimDevice{.name = allocated.device, .kind = kind, .extra_edits = device_edits});
       held.insert(allocated.device);
     }

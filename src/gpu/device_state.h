@@ -46,6 +46,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/compute_policy.h"
@@ -91,6 +93,10 @@ struct GpuDeviceStateOptions {
   // Called, under pu.lock, when the devices to withdraw from the slice
   // change (PassthroughSupport), with the new Withdrawn().
   std::function<void(const std::set<std::string>& withdrawn)> on_withdrawn_changed{};
+  // DeviceMetadata: the published attributes (resource.k8s.io JSON) the
+  // checkpoint entry of each named device carries, as upstream's for VFIO
+  // devices only.
+  std::map<std::string, nlohmann::json> device_metadata{};
 };
 
 class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
@@ -144,6 +150,7 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   MpsDaemons* const mps_;
   const DynamicMig* const dynamic_mig_;
   VfioPassthrough* const vfio_;
+  const std::map<std::string, nlohmann::json> device_metadata_;
   const std::function<void(const std::set<std::string>&)> on_withdrawn_changed_;
   std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_ and vfio_'s functions
   // Devices of prepared claims, by claim UID (PassthroughSupport only):

@@ -287,6 +287,17 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
               {"layout", layout == CounterLayout::kSplit ? "split" : "combined"}});
   }
   parts->publication = std::make_unique<SlicePublication>(config.plugin.node_name, published, layout);
+  // DeviceMetadata (needs PassthroughSupport): VFIO devices' attributes go
+  // to the workload in a metadata file, as upstream's.
+  std::map<std::string, nlohmann::json> device_metadata;
+  if (gates.Enabled(common::kDeviceMetadata)) {
+    for (const PublishedDevice& device : published.devices) {
+      auto type = device.attributes.find("type");
+      if (type != device.attributes.end() && type->second == AttributeValue(std::string("vfio"))) {
+        device_metadata[device.name] = DeviceToJson(device)["attributes"];
+      }
+    }
+  }
   parts->device_state = std::make_unique<GpuDeviceState>(
       std::move(inventory), *parts->cdi, *parts->compute_policy,
       GpuDeviceStateOptions{
@@ -295,11 +306,13 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
           .dynamic_mig = parts->dynamic_mig.get(),
           .vfio = parts->vfio.get(),
           .on_withdrawn_changed = [publication = parts->publication.get()](
-                                      const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); }});
+                                      const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); },
+          .device_metadata = std::move(device_metadata)});
 
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();
   host_options.preparer.gates = gates;
+  host_options.preparer.device_metadata = gates.Enabled(common::kDeviceMetadata);
   host_options.boot_id_file = environment.boot_id_file;
   host_options.resources = parts->publication->Resources({});
   // Specs of claims the checkpoint no longer has (discarded after a reboot

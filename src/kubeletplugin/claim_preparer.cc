@@ -118,7 +118,34 @@ StatusOr<ClaimView> ResolveClaimView(const ClaimRef& ref, const ordered_json& st
 }
 
 ClaimPreparer::ClaimPreparer(ClaimPreparerOptions options, const ClaimReader& claims, ClaimDeviceBackend& backend)
-    : options_(std::move(options)), claims_(claims), backend_(backend) {}
+    : options_(std::move(options)), claims_(claims), backend_(backend) {
+  if (options_.device_metadata) {
+    metadata_.emplace(DeviceMetadataOptions{
+        .driver_name = options_.driver_name, .plugin_dir = options_.plugin_dir, .cdi_root = options_.cdi_root});
+  }
+}
+
+std::vector<PreparedDevice> ClaimPreparer::Answer(const ClaimRef& ref, const std::optional<std::string>& pod_claim_name,
+                                                  const std::vector<PreparedDeviceGroup>& groups) const {
+  std::vector<PreparedDevice> devices = KubeletDevices(groups);
+  if (!metadata_) return devices;
+  StatusOr<std::map<std::string, std::string>> ids = metadata_->Write(ref, pod_claim_name, groups);
+  if (!ids.ok()) {
+    LOG_ERROR("cannot write the claim's device metadata", {{"claim", ClaimString(ref)}, {"err", ids.status()}});
+    return devices;
+  }
+  // With the first device of each request, so that the runtime mounts the
+  // request's file once.
+  for (PreparedDevice& device : devices) {
+    for (const std::string& request : device.requests) {
+      auto it = ids->find(request.substr(0, request.find('/')));
+      if (it == ids->end()) continue;
+      device.cdi_device_ids.push_back(it->second);
+      ids->erase(it);
+    }
+  }
+  return devices;
+}
 
 StatusOr<std::unique_ptr<ClaimPreparer>> ClaimPreparer::Create(ClaimPreparerOptions options,
                                                                const ClaimReader& claims,
@@ -298,6 +325,13 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
   if (!JsonMember(status, "allocation").is_object()) {
     return fail(common::FailedPreconditionError("the claim is not allocated"));
   }
+  std::optional<std::string> pod_claim_name;
+  if (const ordered_json& annotations = JsonMember(JsonMember(*claim, "metadata"), "annotations");
+      annotations.is_object()) {
+    if (auto it = annotations.find(std::string(kPodClaimNameAnnotation)); it != annotations.end() && it->is_string()) {
+      pod_claim_name = it->get<std::string>();
+    }
+  }
   RequestRecord record(options_.metrics, ClaimOperation::kPrepare);
   StatusOr<ClaimView> view = ResolveValidatedView(ref, status);
   if (!view.ok()) {
@@ -307,7 +341,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
 
   const auto deadline = options_.clock->Now() + options_.ready_wait;
   while (true) {
-    StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(*view, status, record);
+    StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(*view, status, pod_claim_name, record);
     if (devices.ok()) {
       record.Succeeded();
       return PrepareResult{.devices = std::move(*devices), .error = ""};
@@ -321,6 +355,7 @@ PrepareResult ClaimPreparer::PrepareOne(const ClaimRef& ref) {
 }
 
 StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimView& view, const ordered_json& status,
+                                                                   const std::optional<std::string>& pod_claim_name,
                                                                    RequestRecord& record) {
   const ClaimRef& ref = view.ref;
   ASSIGN_OR_RETURN(Held held, Hold(&record));
@@ -329,7 +364,7 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimVi
   if (auto it = checkpoint.claims.find(ref.uid); it != checkpoint.claims.end()) {
     if (it->second.state == ClaimCheckpointState::kPrepareCompleted) {
       LOG_INFO(4, "claim already prepared", {{"claim", ClaimString(ref)}});
-      return KubeletDevices(it->second.prepared_devices);
+      return Answer(ref, pod_claim_name, it->second.prepared_devices);
     }
     if (it->second.state == ClaimCheckpointState::kPrepareAborted && SameValue(it->second.status, status)) {
       return common::FailedPreconditionError(
@@ -377,7 +412,7 @@ StatusOr<std::vector<PreparedDevice>> ClaimPreparer::PrepareLocked(const ClaimVi
   RETURN_IF_ERROR(StoreCheckpoint(checkpoint));
   common::CrashPoint("prepare-after-completed-checkpoint");
   LOG_INFO(2, "claim prepared", {{"claim", ClaimString(ref)}});
-  return KubeletDevices(completed.prepared_devices);
+  return Answer(ref, pod_claim_name, completed.prepared_devices);
 }
 
 Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record) {
@@ -393,6 +428,12 @@ Status ClaimPreparer::UnprepareOne(const std::string& uid, RequestRecord& record
   if (it->second.state == ClaimCheckpointState::kPrepareAborted) return common::OkStatus();  // undone before
   RETURN_IF_ERROR(backend_.UnprepareDevices(Recorded(uid, it->second, checkpoint)));
   common::CrashPoint("unprepare-after-devices");
+  if (metadata_) {
+    if (Status removed = metadata_->Remove(ClaimRef{.uid = uid, .name = it->second.name, .ns = it->second.ns});
+        !removed.ok()) {
+      LOG_ERROR("cannot remove the claim's device metadata", {{"claim", uid}, {"err", removed}});
+    }
+  }
   if (options_.record_aborted && it->second.state == ClaimCheckpointState::kPrepareStarted) {
     it->second.state = ClaimCheckpointState::kPrepareAborted;
     it->second.prepared_devices.clear();

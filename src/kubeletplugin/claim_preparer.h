@@ -65,6 +65,7 @@
 #include "common/status.h"
 #include "kubeletplugin/checkpoint.h"
 #include "kubeletplugin/claim_device_backend.h"
+#include "kubeletplugin/device_metadata.h"
 #include "kubeletplugin/dra_service.h"
 #include "kubeletplugin/plugin_metrics.h"
 #include "kubeletplugin/node_lock.h"
@@ -117,6 +118,10 @@ struct ClaimPreparerOptions {
   // The plugin's feature gates: a config whose feature's gate is off fails
   // validation (api::ValidateConfig).
   common::FeatureGates gates = common::FeatureGates::Defaults();
+  // Gate DeviceMetadata: metadata files and their CDI specs for each
+  // prepared claim (device_metadata.h), in cdi_root.
+  bool device_metadata = false;
+  std::filesystem::path cdi_root{};
 };
 
 class ClaimPreparer final : public DraDriver {
@@ -162,7 +167,13 @@ class ClaimPreparer final : public DraDriver {
   // status (kUnavailable: the caller may wait and try again).
   common::StatusOr<std::vector<PreparedDevice>> PrepareLocked(const ClaimView& view,
                                                               const nlohmann::ordered_json& status,
+                                                              const std::optional<std::string>& pod_claim_name,
                                                               RequestRecord& record);
+  // The kubelet's answer for prepared `groups`: their devices, with each
+  // request's metadata CDI device id when DeviceMetadata is on (the files
+  // are written first; a failure there is logged, as upstream's helper does).
+  std::vector<PreparedDevice> Answer(const ClaimRef& ref, const std::optional<std::string>& pod_claim_name,
+                                     const std::vector<PreparedDeviceGroup>& groups) const;
   common::StatusOr<int> DropExpiredAborted();
   common::Status UnprepareOne(const std::string& uid, RequestRecord& record);
   // Writes the checkpoint, then recomputes the prepared-devices metric from it.
@@ -175,6 +186,8 @@ class ClaimPreparer final : public DraDriver {
   // The overlap guard of Prepare: kFailedPrecondition naming the device and
   // the claim that holds it.
   common::Status CheckNoOverlap(const ClaimView& view, const Checkpoint& checkpoint) const;
+
+  std::optional<DeviceMetadataWriter> metadata_;
 
   std::filesystem::path CheckpointPath() const { return options_.plugin_dir / "checkpoint.json"; }
   std::filesystem::path LockPath() const { return options_.plugin_dir / "pu.lock"; }

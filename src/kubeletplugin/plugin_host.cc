@@ -15,6 +15,7 @@ common::StatusOr<std::unique_ptr<PluginHost>> PluginHost::Start(const KubeletPlu
   const std::filesystem::path plugin_dir = std::filesystem::path(flags.kubelet_plugins_directory_path) / driver;
   options.preparer.driver_name = driver;
   options.preparer.plugin_dir = plugin_dir;
+  options.preparer.cdi_root = flags.cdi_root;
   ASSIGN_OR_RETURN(options.preparer.boot_id, ReadBootId(options.boot_id_file));
   host->claim_reader_ = std::make_unique<ApiClaimReader>(client);
   ASSIGN_OR_RETURN(host->preparer_, ClaimPreparer::Create(std::move(options.preparer), *host->claim_reader_, backend));

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
@@ -307,6 +308,49 @@ TEST_F(ClaimPreparerTest, PrepareRecordsCompletedDevicesAndAnswersTheKubelet) {
   EXPECT_EQ(view.groups[0].config.kind, api::ConfigKind::kGpuConfig);
   ASSERT_EQ(view.groups[0].results.size(), 2u);
   EXPECT_EQ(view.groups[0].results[1].device, "gpu-1");
+}
+
+// DeviceMetadata: each request gets a metadata file and a CDI spec that
+// mounts it where KEP-5304 says, its CDI id goes with the request's first
+// device only, and Unprepare removes both.
+TEST_F(ClaimPreparerTest, DeviceMetadataFilesAreWrittenPerRequestAndRemovedAtUnprepare) {
+  ClaimPreparerOptions options = Options();
+  options.device_metadata = true;
+  options.cdi_root = dir_ / "cdi";
+  auto preparer = ClaimPreparer::Create(options, claims_, backend_);
+  ASSERT_TRUE(preparer.ok()) << preparer.status();
+  ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0", "gpu-1"});
+  claim["metadata"]["annotations"] = {{"resource.kubernetes.io/pod-claim-name", "gpus"}};
+  claims_.Put(claim);
+  const PrepareResult result = Prepare(**preparer, claim);
+  ASSERT_EQ(result.error, "");
+  ASSERT_EQ(result.devices.size(), 2u);
+  EXPECT_THAT(result.devices[0].cdi_device_ids,
+              ElementsAre("k8s.gpu.nvidia.com/claim=uid-1-gpu-0", std::string(kDriver) + "/metadata=uid-1_req"));
+  EXPECT_THAT(result.devices[1].cdi_device_ids, ElementsAre("k8s.gpu.nvidia.com/claim=uid-1-gpu-1"));
+
+  const fs::path file = dir_ / "dra-device-metadata/ns_c1/req/metadata.json";
+  std::ifstream in(file);
+  const ordered_json metadata = ordered_json::parse(in);
+  EXPECT_EQ(metadata["apiVersion"], "metadata.resource.k8s.io/v1alpha1");
+  EXPECT_EQ(metadata["kind"], "DeviceMetadata");
+  EXPECT_EQ(metadata["metadata"]["uid"], "uid-1");
+  EXPECT_EQ(metadata["podClaimName"], "gpus");
+  EXPECT_EQ(metadata["requests"][0]["name"], "req");
+  EXPECT_EQ(metadata["requests"][0]["devices"][1]["name"], "gpu-1");
+  EXPECT_EQ(metadata["requests"][0]["devices"][1]["pool"], "node-a");
+  const fs::path spec_path = dir_ / "cdi" / (std::string(kDriver) + "_metadata_uid-1_req.json");
+  std::ifstream spec_in(spec_path);
+  const ordered_json spec = ordered_json::parse(spec_in);
+  EXPECT_EQ(spec["kind"], std::string(kDriver) + "/metadata");
+  const ordered_json& mount = spec["devices"][0]["containerEdits"]["mounts"][0];
+  EXPECT_EQ(mount["hostPath"], file.string());
+  EXPECT_EQ(mount["containerPath"], "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/req/" +
+                                        std::string(kDriver) + "-metadata.json");
+
+  EXPECT_EQ(Unprepare(**preparer, claim), "");
+  EXPECT_FALSE(fs::exists(dir_ / "dra-device-metadata/ns_c1"));
+  EXPECT_FALSE(fs::exists(spec_path));
 }
 
 TEST_F(ClaimPreparerTest, PrepareTwiceReturnsRecordedDevicesWithoutTheBackend) {

@@ -350,6 +350,11 @@ class Checker:
         vols = {v["name"]: v for v in ds["volumes"]}
         self.expect(vols["driver-root-parent"]["hostPath"]["path"] == "/run/nvidia", "driver-root parent")
         self.expect("host-root" in vols and "sysfs" in vols, "passthrough volumes")
+        mounts = {m["mountPath"]: m for m in gpus.get("volumeMounts", [])}
+        self.expect(mounts.get("/host-root", {}).get("readOnly") is True
+                    and mounts.get("/host-root/sys", {}).get("name") == "sysfs"
+                    and not mounts.get("/host-root/sys", {}).get("readOnly", False),
+                    f"host root read-only with its sysfs writable: {sorted(mounts)}")
         roles = self.find(objs, "Role", f"{NAME}-role-controller")
         self.expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted([NAMESPACE, "x", "y"]),
                     f"controller roles in {[r['metadata']['namespace'] for r in roles]}")

@@ -8,7 +8,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +25,8 @@
 #include "gpu/dynamic_mig.h"
 #include "gpu/mig_profile.h"
 #include "gpu/mps_daemon.h"
+#include "gpu/vfio_passthrough.h"
+#include "ready_file.h"
 #include "kubeletplugin/cdi_spec.h"
 
 namespace nvdra::gpu {
@@ -580,6 +585,170 @@ TEST_F(GpuDeviceStateDynamicMigTest, ALeftoverIsDestroyedBeforeTheRetryAndAForei
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.status().message(), HasSubstr("held by GPU instance"));
   EXPECT_EQ(Instances(), std::set<std::string>{"14@2"});
+}
+
+// VFIO passthrough over an h100-sxm driver root whose sysfs the simulated
+// driver core (test/simsysfs) serves: GPU 1 (0000:2a:00.0) was bound to
+// vfio-pci before the plugin started (so NVML does not see it).
+class GpuDeviceStateVfioTest : public GpuDeviceStateTest {
+ protected:
+  void SetUp() override {
+    GpuDeviceStateTest::SetUp();
+    host_ = dir_ / "h100";
+    const std::string command = "NVDRA_MOCK_VFIO_BOUND=0000:2a:00.0 " + std::string(NVDRA_MOCKNVML_MAKE_DRIVER_ROOT) +
+                                " '" + host_.string() + "' '" NVDRA_MOCKNVML_PROFILES_DIR "/h100-sxm.json' '"
+                                NVDRA_MOCKNVML_PATH "' >/dev/null";
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    kernel_ = ::fork();
+    ASSERT_GE(kernel_, 0);
+    if (kernel_ == 0) {
+      ::execl(NVDRA_SIMSYSFS, NVDRA_SIMSYSFS, host_.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ASSERT_TRUE(simsysfs::AwaitReady(host_, kernel_, -1, std::chrono::seconds(20)).ok());
+    nvml::LibraryOptions options;
+    options.driver_root = host_;
+    auto library = nvml::Library::Open(options);
+    ASSERT_TRUE(library.ok()) << library.status();
+    library_ = std::move(*library);
+    DiscoveryOptions discovery;
+    discovery.sysfs_root = host_ / "sys";
+    auto inventory = DiscoverDevices(*library_, discovery);
+    ASSERT_TRUE(inventory.ok()) << inventory.status();
+    ASSERT_EQ(inventory->gpus.size(), 7u) << "the GPU on vfio-pci is not NVML's";
+    auto vfio = VfioPassthrough::Open({.host_root = host_, .record_file = dir_ / "vfio-bindings.json", .boot_id = "b1"});
+    ASSERT_TRUE(vfio.ok()) << vfio.status();
+    vfio_ = std::make_unique<VfioPassthrough>(std::move(*vfio));
+    MakeState(std::move(*inventory));
+  }
+  void MakeState(NodeInventory inventory) {
+    state_ = std::make_unique<GpuDeviceState>(
+        std::move(inventory), *cdi_, policy_,
+        GpuDeviceStateOptions{.vfio = vfio_.get(),
+                              .on_withdrawn_changed = [this](const std::set<std::string>& w) { published_ = w; }});
+  }
+  void TearDown() override {
+    state_.reset();
+    if (kernel_ > 0) {
+      ::kill(kernel_, SIGTERM);
+      ::waitpid(kernel_, nullptr, 0);
+    }
+    GpuDeviceStateTest::TearDown();
+  }
+  std::string DriverOf(const std::string& bus_id) const {
+    std::error_code ec;
+    return fs::read_symlink(host_ / "sys/bus/pci/devices" / bus_id / "driver", ec).filename().string();
+  }
+  static kubeletplugin::ClaimView View(const std::string& uid, std::vector<api::ConfiguredResults> groups) {
+    return {.ref = {.uid = uid, .name = "c-" + uid, .ns = "ns"}, .groups = std::move(groups)};
+  }
+  kubeletplugin::Checkpoint Completed(const std::string& uid, const std::vector<kubeletplugin::PreparedDeviceGroup>& g) {
+    kubeletplugin::Checkpoint checkpoint;
+    checkpoint.claims[uid].state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+    checkpoint.claims[uid].prepared_devices = g;
+    return checkpoint;
+  }
+
+  fs::path host_;
+  pid_t kernel_ = -1;
+  std::unique_ptr<nvml::Library> library_;
+  std::unique_ptr<VfioPassthrough> vfio_;
+  std::set<std::string> published_{"unset"};
+};
+
+TEST_F(GpuDeviceStateVfioTest, PrepareBindsToVfioWithdrawsTheSiblingAndUnprepareGivesItBack) {
+  EXPECT_EQ(*state_->ConfigKindOf("gpu-vfio-0"), api::ConfigKind::kVfioDeviceConfig);
+  EXPECT_EQ(*state_->ConfigKindOf("gpu-vfio-7"), api::ConfigKind::kVfioDeviceConfig);
+  EXPECT_THAT(state_->DefaultConfigKinds(), ::testing::Contains(api::ConfigKind::kVfioDeviceConfig));
+  ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
+  EXPECT_TRUE(published_.empty());
+
+  const auto view = View("uid-vm", {Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-0")});
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ(DriverOf("0000:18:00.0"), "vfio-pci");
+  EXPECT_TRUE(fs::exists(host_ / "dev/vfio/20"));
+  const auto& vfio = std::get<kubeletplugin::PreparedVfio>((*groups)[0].devices.at(0).kind);
+  EXPECT_EQ(vfio.pci_bus_id, "0000:18:00.0");
+  EXPECT_EQ(vfio.uuid, VfioDeviceUuid("0000:18:00.0"));
+  // The container gets the group's node and nothing of the NVIDIA driver.
+  auto spec = common::ReadWholeFile(SpecFile("uid-vm"));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_THAT(*spec, HasSubstr("/dev/vfio/20"));
+  EXPECT_THAT(*spec, HasSubstr("NVIDIA_VISIBLE_DEVICES=void"));
+  EXPECT_THAT(*spec, ::testing::Not(HasSubstr("/dev/nvidia")));
+  EXPECT_THAT(*spec, ::testing::Not(HasSubstr("libnvidia-ml")));
+  // The full GPU leaves the slice and is refused to another claim.
+  EXPECT_EQ(published_, std::set<std::string>{"gpu-0"});
+  EXPECT_EQ(state_->Withdrawn(), std::set<std::string>{"gpu-0"});
+  auto refused = state_->PrepareDevices(View("uid-gpu", {Group(api::ConfigKind::kGpuConfig, "gpu-0")}));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("gpu-0 and gpu-vfio-0 are the same GPU (0000:18:00.0), which "
+                                                    "claim uid-vm holds as gpu-vfio-0"));
+
+  const kubeletplugin::Checkpoint checkpoint = Completed("uid-vm", *groups);
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = checkpoint.claims.at("uid-vm"), .view = view}).ok());
+  EXPECT_EQ(DriverOf("0000:18:00.0"), "nvidia");
+  EXPECT_FALSE(fs::exists(host_ / "dev/vfio/20"));
+  EXPECT_TRUE(published_.empty());
+  EXPECT_FALSE(fs::exists(SpecFile("uid-vm")));
+
+  // And the other way round: a prepared full GPU withdraws its twin.
+  auto gpu = state_->PrepareDevices(View("uid-gpu", {Group(api::ConfigKind::kGpuConfig, "gpu-0")}));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(published_, std::set<std::string>{"gpu-vfio-0"});
+  EXPECT_FALSE(state_->PrepareDevices(view).ok());
+  EXPECT_EQ(DriverOf("0000:18:00.0"), "nvidia");
+}
+
+// upstream #1089: a GPU on vfio-pci before the plugin started is only a
+// twin, and stays on vfio-pci after its claim.
+TEST_F(GpuDeviceStateVfioTest, AGpuBoundBeforeThePluginStaysBound) {
+  ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
+  EXPECT_EQ(DriverOf("0000:2a:00.0"), "vfio-pci");
+  const auto view = View("uid-pre", {Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-1")});
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_TRUE(published_.empty()) << "no full GPU to withdraw: NVML does not see it";
+  const kubeletplugin::Checkpoint checkpoint = Completed("uid-pre", *groups);
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = checkpoint.claims.at("uid-pre"), .view = view}).ok());
+  EXPECT_EQ(DriverOf("0000:2a:00.0"), "vfio-pci");
+  EXPECT_TRUE(fs::exists(host_ / "dev/vfio/21"));
+}
+
+TEST_F(GpuDeviceStateVfioTest, IommufdAndTheApiDeviceAndOneVfioGroupPerClaim) {
+  api::ConfiguredResults group = Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-2");
+  group.config.object["iommu"] = {{"backendPolicy", "PreferIommuFD"}, {"enableAPIDevice", true}};
+  auto groups = state_->PrepareDevices(View("uid-fd", {group}));
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  auto spec = common::ReadWholeFile(SpecFile("uid-fd"));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_THAT(*spec, ::testing::ContainsRegex("/dev/vfio/devices/vfio[0-9]+"));
+  EXPECT_THAT(*spec, HasSubstr("/dev/iommu"));
+
+  api::ConfiguredResults second = Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-3");
+  second.source = "claim config[1].opaque.parameters";
+  auto two = state_->PrepareDevices(View("uid-two", {Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-4"), second}));
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("has 2 VFIO device groups"));
+  EXPECT_EQ(DriverOf("0000:5d:00.0"), "nvidia") << "nothing bound for a refused claim";
+}
+
+// A bind whose claim never completed (a crash before the checkpoint) is
+// given back by the sweep; a record of another boot is not acted on.
+TEST_F(GpuDeviceStateVfioTest, TheSweepGivesBackWhatNoPreparedClaimHolds) {
+  ASSERT_TRUE(state_->PrepareDevices(View("uid-crash", {Group(api::ConfigKind::kVfioDeviceConfig, "gpu-vfio-0")})).ok());
+  EXPECT_EQ(DriverOf("0000:18:00.0"), "vfio-pci");
+  // The plugin restarts: a fresh state over the same record.
+  state_.reset();
+  DiscoveryOptions discovery;
+  discovery.sysfs_root = host_ / "sys";
+  auto inventory = DiscoverDevices(*library_, discovery);
+  ASSERT_TRUE(inventory.ok());
+  MakeState(std::move(*inventory));
+  ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
+  EXPECT_EQ(DriverOf("0000:18:00.0"), "nvidia");
 }
 
 }  // namespace

@@ -194,7 +194,7 @@ func installGPUDriver(ctx context.Context, t *testing.T, client kubernetes.Inter
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nvidia-dra-driver-gpu-kubeletplugin-role"},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: gpuPluginServiceAccount, Namespace: gpuPluginNamespace}},
 	}))
-	for name, typ := range map[string]string{gpuClass: "gpu", migClass: "mig"} {
+	for name, typ := range map[string]string{gpuClass: "gpu", migClass: "mig", vfioClass: "vfio"} {
 		class := &resourceapi.DeviceClass{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{

@@ -26,9 +26,11 @@ import (
 )
 
 const (
-	vfioClass      = "vfio.gpu.nvidia.com"
-	vfioNamespace  = "gpu-test-vfio"
-	h100SXMProfile = "h100-sxm"
+	vfioClass     = "vfio.gpu.nvidia.com"
+	vfioNamespace = "gpu-test-vfio"
+	// Not the specs' namespace, which their deletion takes along.
+	waiterNamespace = "vfio-waiter"
+	h100SXMProfile  = "h100-sxm"
 )
 
 func TestGPUVfio(t *testing.T) {
@@ -59,6 +61,25 @@ func TestGPUVfio(t *testing.T) {
 	sibling := fullGPUOn(ctx, t, env, node, busID)
 	waitForPublished(ctx, t, env, node, fmt.Sprintf("%s withdrawn while %s is prepared", sibling, device),
 		func(devices map[string]bool) bool { return !devices[sibling] && devices[device] })
+
+	// The scheduler sees the withdrawal: a pod that wants exactly that GPU
+	// through gpu.nvidia.com stays unschedulable while it is passed through.
+	sameGPU := sameGPUPod(ctx, t, env, busID)
+	waitForObject(ctx, t, "pod same-gpu unschedulable", func(ctx context.Context) (bool, error) {
+		p, err := env.client.CoreV1().Pods(waiterNamespace).Get(ctx, sameGPU, metav1.GetOptions{})
+		if err != nil {
+			return false, ignoreNotFound(err)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = "metadata.name=" + sameGPU
+		return env.client.CoreV1().Pods(waiterNamespace).Watch(ctx, o)
+	})
 
 	// gpu-test-vfio-config, unchanged: its Pod names a namespace the file
 	// does not create (upstream's slip), so kubectl refuses that one object.
@@ -124,6 +145,53 @@ func TestGPUVfio(t *testing.T) {
 			t.Errorf("GPU %s is on %q after its pod went, want nvidia", bus, got)
 		}
 	}
+	// ... and the pod that waited for that GPU gets it.
+	waiting := waitForPodNamed(ctx, t, env, waiterNamespace, sameGPU)
+	if len(waiting.Status.ResourceClaimStatuses) == 1 {
+		claim, err := env.client.ResourceV1().ResourceClaims(waiterNamespace).Get(ctx, *waiting.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+		must(t, "claim of same-gpu", err)
+		if got := claim.Status.Allocation.Devices.Results[0].Device; got != sibling {
+			t.Errorf("same-gpu got %s, want %s", got, sibling)
+		}
+	}
+}
+
+// sameGPUPod creates a pod whose claim wants the full GPU at `busID`
+// (class gpu.nvidia.com, a CEL selector on its PCI address); its name.
+func sameGPUPod(ctx context.Context, t *testing.T, env *gpuEnvironment, busID string) string {
+	t.Helper()
+	const name = "same-gpu"
+	_, err := env.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: waiterNamespace}}, metav1.CreateOptions{})
+	must(t, "namespace "+waiterNamespace, err)
+	template := &resourceapi.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: waiterNamespace, Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: gpuClass,
+				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+					Expression: fmt.Sprintf(`device.attributes["resource.kubernetes.io"].pciBusID == %q`, busID)}}},
+			}}},
+		}}},
+	}
+	_, err = env.client.ResourceV1().ResourceClaimTemplates(waiterNamespace).Create(ctx, template, metav1.CreateOptions{})
+	must(t, "template "+name, err)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: waiterNamespace, Name: name},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr(int64(5)),
+			Tolerations:                   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers: []corev1.Container{{Name: "ctr", Image: workImage,
+				Command:   []string{"sh", "-c", "trap 'exit 0' TERM; sleep 9999 & wait"},
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr(name)}},
+		},
+	}
+	_, err = env.client.CoreV1().Pods(waiterNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	must(t, "pod "+name, err)
+	t.Cleanup(func() {
+		_ = env.client.CoreV1().Pods(waiterNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
 }
 
 // vfioDeviceOf returns the VFIO device allocated to the pod's one claim and

@@ -69,20 +69,26 @@ abi::nvmlReturn_t Context::Init() {
     }
     env_fabric_status_ = static_cast<abi::nvmlReturn_t>(value);
   }
-  profile_ = std::move(*profile);
+  // The store keeps every GPU's MIG state, the other calls see the GPUs on
+  // the nvidia driver: state and events name GPUs by UUID, so both agree
+  // whatever the indexes.
+  all_gpus_profile_ = std::move(*profile);
+  profile_ = *all_gpus_profile_;
+  profile_->gpus = NvidiaManagedGpus(*all_gpus_profile_);
   const std::filesystem::path state_file =
       Getenv("MOCK_NVML_STATE") != nullptr ? std::filesystem::path(Getenv("MOCK_NVML_STATE"))
                                            : profile_->path.parent_path() / "state.json";
   events_file_ = Getenv("MOCK_NVML_EVENTS") != nullptr
                      ? std::filesystem::path(Getenv("MOCK_NVML_EVENTS"))
                      : state_file.parent_path() / "events.jsonl";
-  store_ = std::make_unique<MigStateStore>(state_file, *profile_);
+  store_ = std::make_unique<MigStateStore>(state_file, *all_gpus_profile_);
   // Creates the state file now, so a profile whose static MIG devices do not
   // fit fails here rather than at some later MIG call.
   if (StatusOr<const MigState*> state = store_->Read(); !state.ok()) {
     std::fprintf(stderr, "mock NVML: %s\n", state.status().message().c_str());
     store_.reset();
     profile_.reset();
+    all_gpus_profile_.reset();
     return abi::NVML_ERROR_UNKNOWN;
   }
   while (gpu_handles_.size() < profile_->gpus.size()) {

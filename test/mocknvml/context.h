@@ -75,9 +75,10 @@ class Context {
  public:
   static Context& Get();
 
-  // nvmlInit_v2 / nvmlInitWithFlags: the first call loads the profile, reads
-  // the fabric overrides from the environment and creates the state file;
-  // later calls only count. DRIVER_NOT_LOADED without a profile, UNKNOWN for a
+  // nvmlInit_v2 / nvmlInitWithFlags: the first call loads the profile (the
+  // GPUs on the nvidia driver, NvidiaManagedGpus), reads the fabric
+  // overrides from the environment and creates the state file; later calls
+  // only count. DRIVER_NOT_LOADED without a profile, UNKNOWN for a
   // malformed one (both explained on stderr).
   abi::nvmlReturn_t Init();
   // UNINITIALIZED when not initialised.
@@ -128,7 +129,11 @@ class Context {
 
   std::mutex mu_;
   unsigned init_count_ = 0;
+  // The GPUs NVML manages (on the nvidia driver; NvidiaManagedGpus): what
+  // every call sees, indexes included.
   std::optional<Profile> profile_;
+  // Every GPU of the profile file, for the MIG state store (it must outlive it).
+  std::optional<Profile> all_gpus_profile_;
   std::unique_ptr<MigStateStore> store_;
   std::filesystem::path events_file_;
   std::optional<unsigned char> env_fabric_state_;

@@ -25,7 +25,10 @@ Visible GPUs are those whose device node /dev/nvidia<minor> exists, as with a
 real driver in a container: looked up in the driver root this script lies in
 (<root>/dev, every GPU: the host's or a plugin's view), else in /dev (a
 container's, holding only the devices it was given). GPUs are numbered
-0..n-1 over the visible ones, as real nvidia-smi does in a container.
+0..n-1 over the visible ones, as real nvidia-smi does in a container. Where
+the driver root has a mock sysfs (make-sysfs.py), GPUs it shows on another
+driver than nvidia (vfio-pci) are left out, as the real driver does not see
+them.
 """
 import base64
 import datetime
@@ -174,6 +177,24 @@ def has_gpu_nodes(root):
         return False
 
 
+def on_nvidia_driver(root, g):
+    """False when the root's mock sysfs (make-sysfs.py) shows the GPU bound
+    to another driver than nvidia, or to none (vfio-pci passthrough: the
+    driver does not see it, so neither does nvidia-smi). True without such a
+    tree (a container, where this script is mounted alone, or an older
+    root)."""
+    sys_root = os.path.join(root, "sys")
+    if not os.path.isdir(os.path.join(sys_root, "bus", "pci", "drivers")):
+        return True
+    domain, bus, rest = g.get("pci", {}).get("busId", "").split(":")
+    bdf = "%04x:%s:%s" % (int(domain, 16), bus.lower(), rest.lower())
+    device = os.path.join(sys_root, "bus", "pci", "devices", bdf)
+    if not os.path.exists(device):
+        return True
+    link = os.path.join(device, "driver")
+    return os.path.islink(link) and os.path.basename(os.readlink(link)) == "nvidia"
+
+
 def main(argv):
     here = os.path.dirname(os.path.realpath(__file__))
     root = os.path.dirname(os.path.dirname(here))  # <root>/usr/bin -> <root>
@@ -182,7 +203,7 @@ def main(argv):
     gpus = []
     for d in profile.get("devices", []):
         g = merge(profile.get("deviceDefaults", {}), d)
-        if os.path.exists(os.path.join(dev_root, "dev", "nvidia%d" % g["minor"])):
+        if os.path.exists(os.path.join(dev_root, "dev", "nvidia%d" % g["minor"])) and on_nvidia_driver(root, g):
             gpus.append(g)
     gpus.sort(key=lambda g: g.get("pci", {}).get("busId", ""))
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -426,6 +427,27 @@ StatusOr<std::filesystem::path> FindProfilePath() {
                                  " is not a known library folder under a driver root");
   }
   return common::NotFoundError("MOCK_NVML_PROFILE unset; tried " + tried);
+}
+
+std::vector<GpuSpec> NvidiaManagedGpus(const Profile& profile) {
+  namespace fs = std::filesystem;
+  const fs::path folder = profile.path.parent_path();
+  std::error_code ec;
+  if (folder.filename() != "mock-nvml") return profile.gpus;
+  const fs::path sys = folder.parent_path() / "sys";
+  if (!fs::is_directory(sys / "bus/pci/drivers", ec)) return profile.gpus;
+  std::vector<GpuSpec> managed;
+  for (const GpuSpec& gpu : profile.gpus) {
+    // sysfs names "0000:18:00.0": NVML's legacy spelling, lowercase.
+    std::string bus_id = gpu.pci.busIdLegacy;
+    std::transform(bus_id.begin(), bus_id.end(), bus_id.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    const fs::path device = sys / "bus/pci/devices" / bus_id;
+    if (!fs::exists(device, ec) || fs::read_symlink(device / "driver", ec).filename() == "nvidia") {
+      managed.push_back(gpu);
+    }
+  }
+  return managed;
 }
 
 StatusOr<Profile> LoadProfile(const std::filesystem::path& path) {

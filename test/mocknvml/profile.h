@@ -127,6 +127,16 @@ StatusOr<std::filesystem::path> FindProfilePath();
 // field ("devices[2].pci.busId: ...") when it is malformed.
 StatusOr<Profile> LoadProfile(const std::filesystem::path& path);
 
+// The GPUs of `profile` NVML manages, in profile order: those the nvidia
+// kernel driver holds in the mock sysfs of the driver root the profile lies
+// in (<root>/sys when the profile is <root>/mock-nvml/profile.json; see
+// make-sysfs.py). A GPU is left out when <root>/sys/bus/pci/drivers exists,
+// sys/bus/pci/devices/<bdf> exists, and the device's `driver` link is missing
+// or names another driver (vfio-pci): the real library does not see a GPU it
+// has no driver for. Every GPU stays when there is no such tree (profiles
+// elsewhere, roots laid out before the tree existed, a test's partial sysfs).
+std::vector<GpuSpec> NvidiaManagedGpus(const Profile& profile);
+
 // Parses "aabbccdd-eeff-0011-2233-445566778899" (dashes optional) into 16 bytes.
 std::optional<std::array<unsigned char, 16>> ParseUuidBytes(std::string_view text);
 

@@ -7,10 +7,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <system_error>
+
+#include "ready_file.h"  // test/simsysfs
 
 namespace nvdra::testing {
 
@@ -99,6 +102,27 @@ std::string MakePluginNodeDir(const std::string& prefix, const std::string& make
   if (ec) return "mkdir " + out->cdi.string() + ": " + ec.message();
   WriteFile(out->boot_id, "11111111-2222-3333-4444-555555555555\n");
   return "";
+}
+
+std::unique_ptr<PluginProcess> StartSimSysfs(const PluginNodeDir& node) {
+  // A ready file left by an instance that was killed would pass for ours.
+  std::error_code ec;
+  fs::remove(simsysfs::ReadyFile(node.driver_root), ec);
+  auto process = std::make_unique<PluginProcess>(std::vector<std::string>{NVDRA_SIMSYSFS, node.driver_root.string()},
+                                                 std::vector<std::string>{"PATH=/usr/bin:/bin"},
+                                                 node.dir / "simsysfs.log");
+  if (!process->Start()) {
+    std::fprintf(stderr, "StartSimSysfs: cannot start %s\n", NVDRA_SIMSYSFS);
+    return nullptr;
+  }
+  const common::Status ready =
+      simsysfs::AwaitReady(node.driver_root, process->pid(), process->pidfd(), std::chrono::seconds(20));
+  if (!ready.ok()) {
+    std::fprintf(stderr, "StartSimSysfs: %s; its log (%s):\n%s\n", ready.message().c_str(),
+                 (node.dir / "simsysfs.log").c_str(), ReadFile(node.dir / "simsysfs.log").c_str());
+    return nullptr;
+  }
+  return process;
 }
 
 std::vector<std::string> GpuPluginArgv(const std::string& binary, const PluginNodeDir& node,

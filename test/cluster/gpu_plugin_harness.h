@@ -7,13 +7,15 @@
 // and a ResourceClaim allocated to one device as the scheduler would write it.
 //
 // Defines: ReadFile, WriteFile, PluginProcess, PluginNodeDir,
-// MakePluginNodeDir, GpuPluginArgv, CreateAllocatedClaim, ClaimRef.
+// MakePluginNodeDir, StartSimSysfs, GpuPluginArgv, CreateAllocatedClaim,
+// ClaimRef.
 // Thread-compatible: one PluginProcess per thread of control.
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +53,8 @@ class PluginProcess {
   bool running() const { return pid_ > 0; }
   // The running process' id, -1 when none.
   pid_t pid() const { return pid_; }
+  // A pidfd of the running process (readable once it has ended), -1 when none.
+  int pidfd() const { return pidfd_; }
 
  private:
   void Reset();
@@ -80,6 +84,14 @@ struct PluginNodeDir {
 std::string MakePluginNodeDir(const std::string& prefix, const std::string& make_driver_root,
                               const std::string& profile_json, const std::string& mock_library,
                               PluginNodeDir* out);
+
+// Starts test/simsysfs (the simulated PCI driver core) on node.driver_root,
+// whose mock sysfs make-driver-root laid out, and waits until it watches
+// every bind, unbind and driver_override file (its ready file names it; an
+// inotify wait, up to 20 s). Its log is <dir>/simsysfs.log. Destroying the
+// handle stops it. nullptr, after saying why on stderr, when it ended or was
+// not ready in time.
+std::unique_ptr<PluginProcess> StartSimSysfs(const PluginNodeDir& node);
 
 // The gpu-kubelet-plugin command line for a node folder (driver root as both
 // host and container root, registrar and plugins folders inside it).

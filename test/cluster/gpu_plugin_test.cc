@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -155,6 +157,7 @@ class GpuPluginTest : public ::testing::Test {
 
   void TearDown() override {
     plugin_.reset();
+    kernel_.reset();
     if ((HasFailure() || std::getenv("NVDRA_TEST_VERBOSE") != nullptr) && !dir_.empty()) {
       std::cerr << "--- plugin log ---\n" << ReadFile(dir_ / "plugin.log") << "\n";
     }
@@ -305,6 +308,61 @@ class GpuPluginTest : public ::testing::Test {
     return state["gpus"][uuid]["migMode"]["current"].get<int>();
   }
 
+  // The plugin, not yet started, with PassthroughSupport and DeviceMetadata
+  // over the node's mock sysfs (its host root is the driver root), which the
+  // simulated PCI driver core serves.
+  void UseVfio() {
+    std::vector<std::string> argv =
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+    argv.push_back("--feature-gates=PassthroughSupport=true,DeviceMetadata=true");
+    argv.push_back("--host-root=" + driver_root_.string());
+    plugin_ = std::make_unique<PluginProcess>(argv, GpuPluginEnv(node_), node_.log);
+    kernel_ = StartSimSysfs(node_);
+    ASSERT_NE(kernel_, nullptr);
+  }
+  std::string PciDriverOf(const std::string& bus_id) const {
+    std::error_code ec;
+    return fs::read_symlink(driver_root_ / "sys/bus/pci/devices" / bus_id / "driver", ec).filename().string();
+  }
+
+  // The device names of the node's slices of this driver.
+  std::set<std::string> PublishedDevices() const {
+    std::set<std::string> out;
+    auto slices = shared_->client->List(k8s::resources::kResourceSlices, "",
+                                        k8s::ListOptions{.field_selector = std::string("spec.nodeName=") + kNodeName +
+                                                                           ",spec.driver=" + kDriver});
+    if (!slices.ok()) return out;
+    for (const json& slice : (*slices)["items"]) {
+      for (const json& device : slice["spec"].value("devices", json::array())) out.insert(device["name"]);
+    }
+    return out;
+  }
+  // Waits until `done(PublishedDevices())`, woken by a watch of the node's
+  // slices (not a poll); false after `timeout`.
+  bool WaitPublished(const std::function<bool(const std::set<std::string>&)>& done,
+                     std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const std::string selector = std::string("spec.nodeName=") + kNodeName + ",spec.driver=" + kDriver;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto list = shared_->client->List(k8s::resources::kResourceSlices, "", k8s::ListOptions{.field_selector = selector});
+      if (!list.ok()) return false;
+      std::set<std::string> devices;
+      for (const json& slice : (*list)["items"]) {
+        for (const json& device : slice["spec"].value("devices", json::array())) devices.insert(device["name"]);
+      }
+      if (done(devices)) return true;
+      k8s::WatchOptions options;
+      options.field_selector = selector;
+      options.resource_version = (*list)["metadata"]["resourceVersion"].get<std::string>();
+      options.timeout_seconds = 5;
+      auto stream = shared_->client->Watch(k8s::resources::kResourceSlices, "", options);
+      if (!stream.ok()) continue;
+      auto event = (*stream)->Next();  // any change: list again
+      (void)event;
+    }
+    return false;
+  }
+
   static json MpsConfig() {
     return json{{"apiVersion", "resource.nvidia.com/v1beta1"},
                 {"kind", "GpuConfig"},
@@ -360,6 +418,7 @@ class GpuPluginTest : public ::testing::Test {
   PluginNodeDir node_;
   fs::path driver_root_;
   std::unique_ptr<PluginProcess> plugin_;
+  std::unique_ptr<PluginProcess> kernel_;  // simsysfs, for VFIO tests
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<drav1::DRAPlugin::Stub> stub_;
   std::vector<std::string> created_claims_;
@@ -940,6 +999,92 @@ TEST_F(GpuPluginTest, ServesUpstreamMetricsOnTheHttpEndpoint) {
   auto elsewhere = http.Get("/");
   ASSERT_TRUE(elsewhere);
   EXPECT_EQ(elsewhere->status, 404);
+}
+
+// VFIO through the plugin process: the twins are published, a Prepare binds
+// the GPU to vfio-pci and the API server's slice loses the full GPU until
+// Unprepare; the claim's containers get /dev/vfio/<group> and a device
+// metadata file (DeviceMetadata) whose CDI id comes with the device.
+TEST_F(GpuPluginTest, VfioPassesTheGpuThroughAndRepublishesTheSlice) {
+  UseVfio();
+  StartPlugin();
+  std::set<std::string> devices = PublishedDevices();
+  for (const char* name : {"gpu-0", "gpu-vfio-0", "gpu-7", "gpu-vfio-7"}) {
+    EXPECT_TRUE(devices.contains(name)) << name;
+  }
+
+  json claim = CreateAllocatedClaim("vfio-0", "gpu-vfio-0");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  ASSERT_EQ(response.devices_size(), 1);
+  EXPECT_THAT(std::vector<std::string>(response.devices(0).cdi_device_ids().begin(),
+                                       response.devices(0).cdi_device_ids().end()),
+              ::testing::ElementsAre("k8s.gpu.nvidia.com/claim=" + Uid(claim) + "-gpu-vfio-0",
+                                     "gpu.nvidia.com/metadata=" + Uid(claim) + "_gpu"));
+  EXPECT_EQ(PciDriverOf("0000:18:00.0"), "vfio-pci");
+  const std::string spec = ReadFile(SpecPath(Uid(claim)));
+  EXPECT_NE(spec.find("/dev/vfio/20"), std::string::npos) << spec;
+  EXPECT_EQ(spec.find("/dev/nvidia0"), std::string::npos) << spec;
+  const json metadata = json::parse(ReadFile(PluginDir() / "dra-device-metadata" / (std::string(kNamespace) + "_vfio-0") /
+                                             "gpu" / "metadata.json"));
+  const json& attributes = metadata["requests"][0]["devices"][0]["attributes"];
+  EXPECT_EQ(attributes["type"]["string"], "vfio") << metadata.dump();
+  EXPECT_EQ(attributes["resource.kubernetes.io/pciBusID"]["string"], "0000:18:00.0") << metadata.dump();
+  EXPECT_TRUE(WaitPublished([](const auto& d) { return !d.contains("gpu-0") && d.contains("gpu-vfio-0"); }))
+      << "gpu-0 still published while its twin is passed through";
+
+  // The sibling is refused while the twin is prepared.
+  json sibling = CreateAllocatedClaim("gpu-0-meanwhile", "gpu-0");
+  drav1::NodePrepareResourceResponse refused;
+  ASSERT_TRUE(Prepare(sibling, &refused).ok());
+  EXPECT_NE(refused.error().find("gpu-0 and gpu-vfio-0 are the same GPU"), std::string::npos) << refused.error();
+
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(PciDriverOf("0000:18:00.0"), "nvidia");
+  EXPECT_FALSE(fs::exists(PluginDir() / "dra-device-metadata" / (std::string(kNamespace) + "_vfio-0")));
+  EXPECT_TRUE(WaitPublished([](const auto& d) { return d.contains("gpu-0"); })) << "gpu-0 not republished";
+
+  // A restart while the twin is prepared keeps the withdrawal (NVML does not
+  // see the GPU, the checkpoint holds the claim). Given back at Unprepare,
+  // the GPU is published as gpu-0 again from the plugin's next start
+  // (docs/vfio.md says so).
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  plugin_->Stop();
+  StartPlugin();
+  EXPECT_TRUE(WaitPublished([](const auto& d) { return !d.contains("gpu-0") && d.contains("gpu-vfio-0"); }));
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(PciDriverOf("0000:18:00.0"), "nvidia");
+  plugin_->Stop();
+  StartPlugin();
+  EXPECT_TRUE(WaitPublished([](const auto& d) { return d.contains("gpu-0") && d.contains("gpu-vfio-0"); }));
+}
+
+// A kill right after the bind, before the checkpoint records the claim: the
+// restarted plugin gives the GPU back (its record says the plugin bound it),
+// and the kubelet's retry binds it again.
+TEST_F(GpuPluginTest, SurvivesACrashRightAfterTheVfioBind) {
+  UseVfio();
+  StartPlugin("prepare-after-vfio-bind");
+  json claim = CreateAllocatedClaim("vfio-crash", "gpu-vfio-3");
+  drav1::NodePrepareResourceResponse response;
+  EXPECT_FALSE(Prepare(claim, &response).ok()) << "the plugin was to die mid-prepare";
+  ASSERT_TRUE(plugin_->WaitExit(std::chrono::seconds(20)).has_value());
+  EXPECT_EQ(PciDriverOf("0000:5d:00.0"), "vfio-pci");
+  StartPlugin();
+  // The first reconcile swept the PrepareStarted leftover's bind.
+  EXPECT_EQ(PciDriverOf("0000:5d:00.0"), "nvidia");
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  EXPECT_EQ(response.error(), "");
+  EXPECT_EQ(PciDriverOf("0000:5d:00.0"), "vfio-pci");
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(PciDriverOf("0000:5d:00.0"), "nvidia");
 }
 
 }  // namespace

@@ -9,9 +9,10 @@ import (
 )
 
 // inotifyPerNode is what one simulated node takes at least: its kubelet
-// three instances (plugin watcher, config and certificate watches) and each
-// plugin container one.
-const inotifyPerNode = 4
+// three instances (plugin watcher, config and certificate watches), each
+// plugin container one, and a GPU node's simulated PCI driver core
+// (simsysfs) one.
+const inotifyPerNode = 5
 
 // checkInotify fails early, with the fix, when starting `nodes` simulated
 // nodes would run out of inotify instances (fs.inotify.max_user_instances,

@@ -50,6 +50,14 @@ type Config struct {
 // volumes of it reach DriverRoot.
 const DriverRootHostPath = "/run/nvidia/driver"
 
+// EnvSimSysfs names test/simsysfs's binary (CMake target simsysfs), the
+// simulated PCI driver core. A node process whose driver root has a mock
+// sysfs (make-driver-root lays one out) starts it on that root and waits for
+// it before the kubelet starts; nodes inherit the variable from the harness
+// (ctest sets it; `simnode up --simsysfs` sets it too). Without it bind and
+// unbind writes stay unanswered.
+const EnvSimSysfs = "NVDRA_SIMSYSFS"
+
 // GPUProfileLabel is the node label that names the node's mock NVML profile.
 const GPUProfileLabel = "nvdra.test/gpu-profile"
 

@@ -17,7 +17,8 @@ package main
 // For ComputeDomains (scripts/demo): --simimex puts the simulated IMEX into
 // every driver root (make-driver-root reads NVDRA_SIMIMEX_DIR), and
 // --imex-node-files adds what a GB200 host with IMEX has beyond that (see
-// writeIMEXNodeFiles).
+// writeIMEXNodeFiles). --simsysfs has every GPU node run the simulated PCI
+// driver core on its driver root's mock sysfs (nodes read NVDRA_SIMSYSFS).
 
 import (
 	"bufio"
@@ -40,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"nvdra.local/test/simnode/harness"
+	"nvdra.local/test/simnode/nodeconfig"
 )
 
 // readyFD is the pipe on which `run`, started by `up`, reports "ready" or
@@ -49,11 +51,11 @@ const readyFD = 3
 const envReadyFD = "SIMNODE_READY_FD"
 
 type upFlags struct {
-	dir, kubeconfig, profile, profiles, prefix, mockNVML, simIMEX string
-	nodes, verbosity                                              int
-	imexNodeFiles                                                 bool
-	images                                                        stringList
-	timeout                                                       time.Duration
+	dir, kubeconfig, profile, profiles, prefix, mockNVML, simIMEX, simSysfs string
+	nodes, verbosity                                                        int
+	imexNodeFiles                                                           bool
+	images                                                                  stringList
+	timeout                                                                 time.Duration
 }
 
 type stringList []string
@@ -124,6 +126,7 @@ func parseUpFlags(verb string, args []string) (*upFlags, error) {
 	fs.StringVar(&f.prefix, "name-prefix", "sim-node-", "node name prefix")
 	fs.StringVar(&f.mockNVML, "mocknvml", os.Getenv(harness.EnvMockNVMLLibrary), "built mock libnvidia-ml.so.1 (GPU nodes; env "+harness.EnvMockNVMLLibrary+")")
 	fs.StringVar(&f.simIMEX, "simimex", os.Getenv(envSimIMEXDir), "folder with the built simulated nvidia-imex and nvidia-imex-ctl (<build>/test/simimex/bin), copied into every driver root (env "+envSimIMEXDir+")")
+	fs.StringVar(&f.simSysfs, "simsysfs", os.Getenv(nodeconfig.EnvSimSysfs), "the built simulated PCI driver core (<build>/test/simsysfs/simsysfs), run by every GPU node on its driver root's mock sysfs (env "+nodeconfig.EnvSimSysfs+")")
 	fs.BoolVar(&f.imexNodeFiles, "imex-node-files", false, "give every GPU node the fabric-imex-mgmt capability (minor 1) the compute-domain plugin needs, and IMEX channel placeholders in its /dev so that containers see their injected channel")
 	fs.IntVar(&f.verbosity, "v", 0, "kubelet verbosity")
 	fs.Var(&f.images, "image", "NAME=PROGRAM or NAME=FOLDER: containers of image NAME run PROGRAM, or the program their command names from FOLDER/bin (repeatable)")
@@ -246,6 +249,17 @@ func run(f *upFlags) (err error) {
 			}
 		}
 		os.Setenv(envSimIMEXDir, abs)
+	}
+	if f.simSysfs != "" {
+		// Read by each node process (inherited through the harness).
+		abs, err := filepath.Abs(f.simSysfs)
+		if err != nil {
+			return err
+		}
+		if !fileExists(abs) {
+			return fmt.Errorf("--simsysfs %s: no such file (build target simsysfs)", abs)
+		}
+		os.Setenv(nodeconfig.EnvSimSysfs, abs)
 	}
 	opts := harness.Options{Dir: f.dir, Nodes: f.nodes, NamePrefix: f.prefix, Simnode: self,
 		Verbosity: f.verbosity, PidDir: filepath.Join(f.dir, "pids"), Images: map[string]string{}}

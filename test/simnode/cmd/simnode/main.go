@@ -3,7 +3,8 @@
 // process, talking to a simulated CRI runtime. See test/simnode/README.md.
 //
 //	simnode up    --dir D [--kubeconfig K] --nodes N [--profile P | --profiles NODE=P,...]
-//	              [--image NAME=PROGRAM|FOLDER]... [--mocknvml LIB] [--simimex DIR] [--imex-node-files] [-v N]
+//	              [--image NAME=PROGRAM|FOLDER]... [--mocknvml LIB] [--simimex DIR] [--simsysfs BIN]
+//	              [--imex-node-files] [-v N]
 //	simnode run   ...same flags, in the foreground
 //	simnode fault --dir D <restart-kubelet|kill-container|reboot|partition|heal|delete> NODE [NS/POD/CONTAINER]
 //	simnode down  --dir D [--clean]

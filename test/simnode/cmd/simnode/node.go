@@ -37,7 +37,7 @@ func runNode(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithValues("node", cfg.Name))
-	if err := node.Run(ctx, cfg); err != nil {
+	if err := node.Run(ctx, cfg, node.Options{SimSysfs: os.Getenv(nodeconfig.EnvSimSysfs)}); err != nil {
 		return err
 	}
 	os.Exit(0)

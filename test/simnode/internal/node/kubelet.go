@@ -28,10 +28,19 @@ import (
 	"nvdra.local/test/simnode/nodeconfig"
 )
 
+// Options are the node process' settings beyond its node.json.
+type Options struct {
+	// SimSysfs is test/simsysfs's binary (nodeconfig.EnvSimSysfs), started
+	// on the driver root when it has a mock sysfs; empty: not started.
+	SimSysfs string
+}
+
 // Run starts the node's runtime and kubelet and returns when ctx ends or the
 // runtime fails. The kubelet has no clean stop in this embedding (kubemark's
-// has none either); the process ends with it.
-func Run(ctx context.Context, cfg *nodeconfig.Config) error {
+// has none either); the process ends with it. A GPU node's simulated PCI
+// driver core (simsysfs.go) is ready before the kubelet starts, so the node
+// turns Ready with it, and is stopped when Run returns.
+func Run(ctx context.Context, cfg *nodeconfig.Config, opts Options) error {
 	logger := klog.FromContext(ctx)
 	if err := cfg.MakeDirs(); err != nil {
 		return err
@@ -44,6 +53,12 @@ func Run(ctx context.Context, cfg *nodeconfig.Config) error {
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(cfg.FeatureGates); err != nil {
 		return fmt.Errorf("node %s: feature gates: %w", cfg.Name, err)
 	}
+
+	stopDriverCore, err := startDriverCore(ctx, cfg, opts.SimSysfs)
+	if err != nil {
+		return err
+	}
+	defer stopDriverCore()
 
 	runtime, err := cri.NewRuntime(cri.Options{
 		NodeName:      cfg.Name,

@@ -8,6 +8,8 @@ Inputs (in the raw directory given as argv[1]):
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
   gpu_sharing_time_sliced.json  plugin-prepare-bench with a time-sliced claim (gpu_sharing.*)
   gpu_dynamic_mig.json       plugin-prepare-bench with a dynamic MIG device (gpu_mig.dynamic_*)
+  gpu_vfio.json              plugin-prepare-bench --vfio: a passed-through GPU, and the republished slice
+                             seen through a watch (gpu_vfio.*)
   gpu_sharing_mps.jsonl      test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
@@ -163,6 +165,19 @@ def gpu_dynamic_mig(path, results):
         prepare_latency(json.load(f), results, lambda call, p: f"gpu_mig.dynamic_{call}_{p}_ms")
 
 
+def gpu_vfio(path, results):
+    """Prepare/unprepare latency of a VFIO device over the plugin's socket, and from the call to the
+    republished slice (its full GPU gone, back) as a watch of the API server sees it."""
+    with open(path) as f:
+        data = json.load(f)
+    prepare_latency(data, results, lambda call, p: f"gpu_vfio.{call}_{p}_ms")
+    for key, label in (("republish_withdrawn", "prepare_to_slice_withdrawn"),
+                       ("republish_restored", "unprepare_to_slice_restored")):
+        for p in ("p50", "p99"):
+            results.append({"name": f"gpu_vfio.{label}_{p}_ms", "value": data[key][f"{p}_ms"], "unit": "ms",
+                            "better": "lower"})
+
+
 def gpu_sharing_mps(path, results):
     """test/simnode TestGPUSharingMPS/gpu-test-mps (SIMNODE_MPS_BENCH_OUT): one JSON line per figure."""
     with open(path) as f:
@@ -203,6 +218,7 @@ def main():
     for entry, collect in (("gpu_plugin_direct.json", gpu_plugin_direct),
                            ("gpu_sharing_time_sliced.json", gpu_sharing_time_sliced),
                            ("gpu_dynamic_mig.json", gpu_dynamic_mig),
+                           ("gpu_vfio.json", gpu_vfio),
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)

@@ -15,10 +15,19 @@
 // Prints a table and writes --json (read by bench/collect.py):
 //   {"cycles","verbosity","first_prepare_ms","prepare":{p50_ms,p99_ms,max_ms,mean_ms},
 //    "unprepare":{...},"api_get_claim":{...},"memory":[{"label","cycles","vmrss_kib",...}]}
+// With --vfio (PassthroughSupport over the mock sysfs, served by the
+// simulated PCI driver core), also "republish_withdrawn" and
+// "republish_restored": from the start of a Prepare (Unprepare) to the
+// moment a watch of the node's ResourceSlices sees the GPU's full device
+// leave (come back), per cycle.
 // Exit status 0 on success, 1 when anything failed (with the plugin log).
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -161,6 +170,69 @@ std::string MiB(long long kib) {
   return buf;
 }
 
+// Watches the node's ResourceSlices of the driver and remembers when the
+// device `name` was last seen to leave and to come back (steady clock), so
+// that a cycle can await the republished slice after its call.
+class SliceWatcher {
+ public:
+  SliceWatcher(nvdra::k8s::Client& client, std::string device) : client_(client), device_(std::move(device)) {
+    thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+  }
+  // Waits until the device was seen absent (present) at or after `since`;
+  // the time seen, or nullopt after `timeout`.
+  std::optional<std::chrono::steady_clock::time_point> AwaitSeen(bool present,
+                                                                 std::chrono::steady_clock::time_point since,
+                                                                 std::chrono::seconds timeout) {
+    std::unique_lock lock(mu_);
+    const bool ok = changed_.wait_for(lock, timeout, [&] { return present_ == present && seen_at_ >= since; });
+    return ok ? std::optional(seen_at_) : std::nullopt;
+  }
+
+ private:
+  void Run(std::stop_token stop) {
+    const std::string selector = std::string("spec.nodeName=") + kNodeName + ",spec.driver=" + kDriver;
+    while (!stop.stop_requested()) {
+      nvdra::k8s::ListOptions list_options;
+      list_options.field_selector = selector;
+      auto list = client_.List(nvdra::k8s::resources::kResourceSlices, "", list_options);
+      if (!list.ok()) continue;
+      for (const json& slice : (*list)["items"]) Observe(slice);
+      nvdra::k8s::WatchOptions options;
+      options.field_selector = selector;
+      options.resource_version = (*list)["metadata"]["resourceVersion"].get<std::string>();
+      options.timeout_seconds = 5;
+      auto stream = client_.Watch(nvdra::k8s::resources::kResourceSlices, "", options);
+      if (!stream.ok()) continue;
+      while (!stop.stop_requested()) {
+        auto event = (*stream)->Next();
+        if (!event.ok() || !event->has_value()) break;
+        Observe((*event)->object);
+      }
+    }
+  }
+  void Observe(const json& slice) {
+    bool present = false;
+    for (const json& device : slice["spec"].value("devices", json::array())) {
+      present = present || device.value("name", "") == device_;
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (present == present_ && seen_at_ != std::chrono::steady_clock::time_point{}) return;
+      present_ = present;
+      seen_at_ = std::chrono::steady_clock::now();
+    }
+    changed_.notify_all();
+  }
+
+  nvdra::k8s::Client& client_;
+  const std::string device_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool present_ = false;
+  std::chrono::steady_clock::time_point seen_at_{};
+  std::jthread thread_;  // last: stops before the members it uses go
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +247,13 @@ int main(int argc, char** argv) {
   std::string smaps_dir;
   std::string claim_config;
   std::string device = "gpu-0";
+  bool vfio = false;
+  std::string vfio_sibling = "gpu-0";
+  app.add_flag("--vfio", vfio,
+               "PassthroughSupport: the claim gets --device (default gpu-vfio-0) over the mock sysfs, served by the "
+               "simulated PCI driver core, and each cycle also times the republished slice (--vfio-sibling leaves, "
+               "then comes back)");
+  app.add_option("--vfio-sibling", vfio_sibling, "the full GPU the VFIO device withdraws (default gpu-0)");
   app.add_option("--device", device,
                  "the device the claim is allocated (default gpu-0; a MIG device such as gpu-0-mig-1g10gb-19-0 "
                  "with --plugin-arg=--feature-gates=DynamicMIG=true)");
@@ -194,6 +273,7 @@ int main(int argc, char** argv) {
                  "bench/smaps_summary.py sums it per file)");
   CLI11_PARSE(app, argc, argv);
   if (quick) cycles = 100;
+  if (vfio && app.count("--device") == 0) device = "gpu-vfio-0";
 
   nvdra::testing::ClusterClient cluster;
   std::cerr << "starting a control plane\n";
@@ -216,6 +296,13 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> plugin_argv =
       nvdra::testing::GpuPluginArgv(plugin, dir, kNodeName, cluster.cluster->kubeconfig().string(), verbosity);
+  std::unique_ptr<nvdra::testing::PluginProcess> kernel;
+  if (vfio) {
+    kernel = nvdra::testing::StartSimSysfs(dir);
+    if (kernel == nullptr) return 1;
+    plugin_argv.push_back("--feature-gates=PassthroughSupport=true");
+    plugin_argv.push_back("--host-root=" + dir.driver_root.string());
+  }
   plugin_argv.insert(plugin_argv.end(), plugin_args.begin(), plugin_args.end());
   // The driver root's /proc stand-in (nvidia-caps major, MIG capability
   // files), as the chart passes it on simulated nodes.
@@ -271,18 +358,36 @@ int main(int argc, char** argv) {
   }
   sample("warm", 1);
 
-  std::vector<double> prepare_ms, unprepare_ms;
+  std::optional<SliceWatcher> slices;
+  if (vfio) {
+    slices.emplace(*cluster.client, vfio_sibling);
+    if (!slices->AwaitSeen(true, {}, std::chrono::seconds(30))) return fail(vfio_sibling + " is not published");
+  }
+  std::vector<double> prepare_ms, unprepare_ms, withdrawn_ms, restored_ms;
   prepare_ms.reserve(static_cast<size_t>(cycles));
   unprepare_ms.reserve(static_cast<size_t>(cycles));
   const int step = std::max(1, cycles / 10);
   for (int i = 1; i <= cycles; ++i) {
     double ms = 0;
+    auto started = std::chrono::steady_clock::now();
     if (!bench.Prepare(*claim, &ms, &error)) return fail("cycle " + std::to_string(i) + ": " + error);
     prepare_ms.push_back(ms);
+    if (slices) {
+      auto seen = slices->AwaitSeen(false, started, std::chrono::seconds(30));
+      if (!seen) return fail("cycle " + std::to_string(i) + ": " + vfio_sibling + " stayed in the slice");
+      withdrawn_ms.push_back(Ms(*seen - started));
+    }
+    started = std::chrono::steady_clock::now();
     if (!bench.Unprepare(*claim, &ms, &error)) return fail("cycle " + std::to_string(i) + ": " + error);
     unprepare_ms.push_back(ms);
+    if (slices) {
+      auto seen = slices->AwaitSeen(true, started, std::chrono::seconds(30));
+      if (!seen) return fail("cycle " + std::to_string(i) + ": " + vfio_sibling + " did not come back");
+      restored_ms.push_back(Ms(*seen - started));
+    }
     if (i % step == 0 || i == cycles) sample(i == cycles ? "end" : "during", i);
   }
+  slices.reset();
 
   // For reading the figures: what the one GET of the claim that every
   // prepare makes costs from here (our client, same API server, no limit).
@@ -308,6 +413,10 @@ int main(int argc, char** argv) {
               {"unprepare", ToJson(unprepare)},
               {"api_get_claim", ToJson(api_get)},
               {"memory", memory}};
+  if (vfio) {
+    out["republish_withdrawn"] = ToJson(Summarize(withdrawn_ms));
+    out["republish_restored"] = ToJson(Summarize(restored_ms));
+  }
 
   std::string extra;
   for (const std::string& a : plugin_args) extra += " " + a;
@@ -321,6 +430,14 @@ int main(int argc, char** argv) {
               unprepare.max_ms, unprepare.mean_ms);
   std::printf("  %-22s %8.3f %8.3f %8.3f %8.3f  (this client, for reference)\n", "GET of the claim",
               api_get.p50_ms, api_get.p99_ms, api_get.max_ms, api_get.mean_ms);
+  if (vfio) {
+    for (const auto& [label, values] : {std::pair{"prepare->slice w/o GPU", &withdrawn_ms},
+                                        std::pair{"unprepare->GPU back", &restored_ms}}) {
+      const Stats stats = Summarize(*values);
+      std::printf("  %-22s %8.3f %8.3f %8.3f %8.3f  (seen by a watch of the API)\n", label, stats.p50_ms,
+                  stats.p99_ms, stats.max_ms, stats.mean_ms);
+    }
+  }
   std::printf("  %-8s %6s %8s %8s %8s %8s %8s %8s  (MiB)\n", "memory", "cycles", "VmRSS", "RssAnon", "RssFile",
               "Pss", "PssAnon", "PssFile");
   for (const json& m : memory) {

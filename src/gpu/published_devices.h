@@ -114,7 +114,7 @@ struct PublishOptions {
   ConsumableShares consumable_shares{};      // full GPUs and static MIG devices
   // PassthroughSupport: the node's NVIDIA GPU PCI functions (PciSysfs::ListGpus
   // order) and whether the host has IOMMUFD; empty: no VFIO devices.
-  std::vector<PciGpuFunction> vfio_functions;
+  std::vector<PciGpuFunction> vfio_functions{};
   bool iommufd_enabled = false;
 };
 

@@ -146,30 +146,32 @@ StatusOr<DriverCore::SettledOverride> DriverCore::SettleOverride(std::string_vie
     return value->empty() ? std::string(kNoOverride) + "\n" : *value + "\n";
   };
   SettledOverride settled;
-  // One descriptor for the lease, the read and the write: a second open of
-  // our own would break our own lease. No read-only look first: its close
-  // (IN_CLOSE_NOWRITE) is what a deferred rewrite waits for.
+  // One descriptor, opened for writing, for the lease, the read and the
+  // write: a second open of our own would break our own lease, and the
+  // close of a read-only one (IN_CLOSE_NOWRITE) would wake a deferred
+  // rewrite, this one included, over and over while the file stays open
+  // elsewhere.
   common::UniqueFd fd(::open(file.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd) return common::ErrnoToStatus(errno, "open " + file.string());
   settled.opened_for_write = true;
-  if (::fcntl(fd.get(), F_SETLEASE, F_WRLCK) != 0 && errno == EAGAIN) {
-    settled.deferred = true;
-    settled.value = Trim(ReadText(file).value_or(""));
-    if (settled.value == kNoOverride) settled.value.clear();
-    return settled;
-  }
+  const bool leased = ::fcntl(fd.get(), F_SETLEASE, F_WRLCK) == 0;
+  const bool open_elsewhere = !leased && errno == EAGAIN;
   std::string written(4096, '\0');
   const ssize_t n = ::pread(fd.get(), written.data(), written.size(), 0);
   if (n < 0) return common::ErrnoToStatus(errno, "read " + file.string());
   written.resize(static_cast<std::size_t>(n));
   const std::string shown = shown_for(written, &settled.value);
+  if (open_elsewhere) {
+    settled.deferred = true;
+    return settled;
+  }
   if (written != shown) {
     if (::ftruncate(fd.get(), 0) != 0 ||
         ::pwrite(fd.get(), shown.data(), shown.size(), 0) != static_cast<ssize_t>(shown.size())) {
       return common::ErrnoToStatus(errno, "write " + file.string());
     }
   }
-  ::fcntl(fd.get(), F_SETLEASE, F_UNLCK);  // a waiting writer goes on now
+  if (leased) ::fcntl(fd.get(), F_SETLEASE, F_UNLCK);  // a waiting writer goes on now
   return settled;
 }
 

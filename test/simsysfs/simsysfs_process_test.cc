@@ -146,6 +146,22 @@ TEST_F(SimsysfsProcess, BlankDriverOverrideReadsBackAsNull) {
   EXPECT_TRUE(sim.AwaitLog("driver_override of 0000:18:00.0: vfio-pci -> (null)")) << sim.Log();
 }
 
+TEST_F(SimsysfsProcess, DriverOverrideRewriteWaitsForAReaderToLetGo) {
+  Simsysfs sim(root_.root());
+  ASSERT_TRUE(sim.AwaitReady());
+  const fs::path file = Device() / "driver_override";
+  WriteFile(file, "vfio-pci");
+  ASSERT_TRUE(Await({file}, [&] { return ReadFile(file) == "vfio-pci\n"; })) << sim.Log();
+  {
+    common::UniqueFd reader(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_TRUE(reader.valid());
+    WriteFile(file, "");
+    ASSERT_TRUE(sim.AwaitLog("driver_override of 0000:18:00.0: vfio-pci -> (null)")) << sim.Log();
+    EXPECT_EQ(ReadFile(file), "") << "rewritten while another process had it open";
+  }
+  ASSERT_TRUE(Await({file}, [&] { return ReadFile(file) == "(null)\n"; })) << sim.Log();
+}
+
 TEST_F(SimsysfsProcess, ActsOnNothingWrittenBeforeItStarted) {
   WriteFile(root_.Driver("nvidia") / "unbind", kGpu);
   Simsysfs sim(root_.root());

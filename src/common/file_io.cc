@@ -37,4 +37,23 @@ Status WriteAll(int fd, std::string_view data, std::string_view what) {
   return OkStatus();
 }
 
+Status ReplaceFile(const std::filesystem::path& path, std::string_view data, unsigned mode, bool durable) {
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) return ErrnoToStatus(ec.value(), "create " + path.parent_path().string());
+  const std::string tmp = path.string() + ".tmp";
+  Status written = OkStatus();
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+    if (!fd) return ErrnoToStatus(errno, "create " + tmp);
+    written = WriteAll(fd.get(), data, tmp);
+    if (written.ok() && durable && ::fsync(fd.get()) != 0) written = ErrnoToStatus(errno, "fsync " + tmp);
+  }
+  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    written = ErrnoToStatus(errno, "rename " + tmp + " to " + path.string());
+  }
+  if (!written.ok()) ::unlink(tmp.c_str());
+  return written;
+}
+
 }  // namespace nvdra::common

@@ -1,9 +1,5 @@
 #include "gpu/vfio_passthrough.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
 #include <fmt/format.h>
@@ -48,18 +44,8 @@ std::set<std::string> VfioPassthrough::Recorded() const {
 
 Status VfioPassthrough::Record(const std::set<std::string>& bus_ids) const {
   const nlohmann::json record = {{"bootID", options_.boot_id}, {"boundByPlugin", bus_ids}};
-  const std::string text = record.dump() + "\n";
-  const fs::path tmp = options_.record_file.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return common::ErrnoToStatus(errno, "create " + tmp.string());
-  Status written = common::WriteAll(fd, text, tmp.string());
-  if (written.ok() && ::fsync(fd) != 0) written = common::ErrnoToStatus(errno, "fsync " + tmp.string());
-  ::close(fd);
-  if (written.ok() && ::rename(tmp.c_str(), options_.record_file.c_str()) != 0) {
-    written = common::ErrnoToStatus(errno, "rename to " + options_.record_file.string());
-  }
-  if (!written.ok()) ::unlink(tmp.c_str());
-  return written;
+  // Durable: a crash right after the bind must find the record.
+  return common::ReplaceFile(options_.record_file, record.dump() + "\n", 0600, /*durable=*/true);
 }
 
 Status VfioPassthrough::Bind(const std::string& bus_id) {

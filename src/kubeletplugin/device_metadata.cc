@@ -1,9 +1,5 @@
 #include "kubeletplugin/device_metadata.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <utility>
 
 #include <fmt/format.h>
@@ -25,24 +21,6 @@ constexpr char kContainerFolder[] = "/var/run/kubernetes.io/dra-device-attribute
 
 // "<request>/<subrequest>" -> "<request>": containers name base requests.
 std::string BaseRequest(const std::string& request) { return request.substr(0, request.find('/')); }
-
-// Replaces `path` with `text` (a temporary file renamed over it), mode 0644:
-// the runtime reads the spec, a container the metadata file.
-Status ReplaceFile(const fs::path& path, const std::string& text) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return common::ErrnoToStatus(ec.value(), "create " + path.parent_path().string());
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return common::ErrnoToStatus(errno, "create " + tmp.string());
-  Status written = common::WriteAll(fd, text, tmp.string());
-  ::close(fd);
-  if (written.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    written = common::ErrnoToStatus(errno, "rename to " + path.string());
-  }
-  if (!written.ok()) ::unlink(tmp.c_str());
-  return written;
-}
 
 }  // namespace
 
@@ -99,7 +77,8 @@ StatusOr<std::map<std::string, std::string>> DeviceMetadataWriter::Write(
     if (pod_claim_name) document["podClaimName"] = *pod_claim_name;
     document["requests"] = ordered_json::array({{{"name", request}, {"devices", std::move(listed)}}});
     const fs::path file = ClaimDir(claim) / base / "metadata.json";
-    RETURN_IF_ERROR(ReplaceFile(file, document.dump(2) + "\n"));
+    // 0644: a container reads the file, the runtime the spec.
+    RETURN_IF_ERROR(common::ReplaceFile(file, document.dump(2) + "\n", 0644, /*durable=*/false));
 
     const std::string device_name = claim.uid + "_" + base;
     const ordered_json spec = {
@@ -111,9 +90,9 @@ StatusOr<std::map<std::string, std::string>> DeviceMetadataWriter::Write(
                                 {{"mounts", ordered_json::array({{{"hostPath", file.string()},
                                                                   {"containerPath", ContainerPath(claim, pod_claim_name, base)},
                                                                   {"options", {"ro", "bind"}}}})}}}}})}};
-    RETURN_IF_ERROR(ReplaceFile(
+    RETURN_IF_ERROR(common::ReplaceFile(
         options_.cdi_root / fmt::format("{}_metadata_{}_{}.json", options_.driver_name, claim.uid, base),
-        spec.dump() + "\n"));
+        spec.dump() + "\n", 0644, /*durable=*/false));
     cdi_ids[base] = options_.driver_name + "/metadata=" + device_name;
   }
   return cdi_ids;

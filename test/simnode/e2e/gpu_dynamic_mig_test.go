@@ -108,20 +108,32 @@ func TestGPUDynamicMIG(t *testing.T) {
 	}
 }
 
-// gpuUUIDsByMinor reads the node's mock NVML profile: GPU minor -> UUID.
-func gpuUUIDsByMinor(t *testing.T, env *gpuEnvironment, node string) map[int]string {
+// profileDevice is one GPU of a node's mock NVML profile.
+type profileDevice struct {
+	Minor int    `json:"minor"`
+	UUID  string `json:"uuid"`
+	PCI   struct {
+		BusID string `json:"busId"` // NVML's form, "00000000:18:00.0"
+	} `json:"pci"`
+}
+
+// profileDevices reads the node's mock NVML profile.
+func profileDevices(t *testing.T, env *gpuEnvironment, node string) []profileDevice {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(env.node(t, node).Config.DriverRoot(), "mock-nvml", "profile.json"))
 	must(t, "profile", err)
 	var profile struct {
-		Devices []struct {
-			Minor int    `json:"minor"`
-			UUID  string `json:"uuid"`
-		} `json:"devices"`
+		Devices []profileDevice `json:"devices"`
 	}
 	must(t, "profile", json.Unmarshal(data, &profile))
+	return profile.Devices
+}
+
+// gpuUUIDsByMinor reads the node's mock NVML profile: GPU minor -> UUID.
+func gpuUUIDsByMinor(t *testing.T, env *gpuEnvironment, node string) map[int]string {
+	t.Helper()
 	out := map[int]string{}
-	for _, d := range profile.Devices {
+	for _, d := range profileDevices(t, env, node) {
 		out[d.Minor] = d.UUID
 	}
 	return out

@@ -11,7 +11,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,19 +237,8 @@ func fullGPUOn(ctx context.Context, t *testing.T, env *gpuEnvironment, node, bus
 // address as sysfs names it ("00000000:18:00.0" -> "0000:18:00.0").
 func gpuBusIDsByMinor(t *testing.T, env *gpuEnvironment, node string) map[int]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(env.node(t, node).Config.DriverRoot(), "mock-nvml", "profile.json"))
-	must(t, "profile", err)
-	var profile struct {
-		Devices []struct {
-			Minor int `json:"minor"`
-			PCI   struct {
-				BusID string `json:"busId"`
-			} `json:"pci"`
-		} `json:"devices"`
-	}
-	must(t, "profile", json.Unmarshal(data, &profile))
 	out := map[int]string{}
-	for _, d := range profile.Devices {
+	for _, d := range profileDevices(t, env, node) {
 		bus := strings.ToLower(d.PCI.BusID)
 		if len(bus) == len("00000000:18:00.0") {
 			bus = bus[4:]

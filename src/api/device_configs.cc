@@ -70,8 +70,8 @@ std::map<std::string, std::string> RequestClasses(const json& devices) {
   return out;
 }
 
-// What a claim spec says that no single config shows: a config kind that
-// does not fit the class of a request it names (VFIO config on a MIG or
+// What a claim spec says that no single config shows: a VFIO config kind
+// that does not fit the class of a request it names (VFIO config on a MIG or
 // full-GPU request, a GpuConfig on a VFIO request), and more than one
 // VfioDeviceConfig (a claim holds at most one VFIO device group, as
 // upstream's).
@@ -96,6 +96,9 @@ void CheckAgainstRequests(const json& devices, const json& configs, std::string_
       if (it == classes.end()) continue;
       const std::optional<ConfigKind> wanted = KindOfClass(it->second);
       if (!wanted || *wanted == decoded->kind) continue;
+      // Only where VFIO is involved: a GpuConfig next to a MigDeviceConfig
+      // is judged per device at Prepare, as before.
+      if (*wanted != ConfigKind::kVfioDeviceConfig && decoded->kind != ConfigKind::kVfioDeviceConfig) continue;
       problems.push_back(fmt::format(
           "{}.opaque.parameters.kind: a {} cannot apply to request {}, whose class {} gives devices that take a {}{}",
           path, ConfigKindName(decoded->kind), it->first, it->second, ConfigKindName(*wanted),

@@ -162,20 +162,28 @@ func sameGPUPod(ctx context.Context, t *testing.T, env *gpuEnvironment, busID st
 	const name = "same-gpu"
 	_, err := env.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: waiterNamespace}}, metav1.CreateOptions{})
 	must(t, "namespace "+waiterNamespace, err)
+	podWithDeviceAt(ctx, t, env, waiterNamespace, name, gpuClass, busID)
+	return name
+}
+
+// podWithDeviceAt creates a claim template and a pod in `ns`, both `name`,
+// whose one request wants a device of `class` at PCI address `busID`.
+func podWithDeviceAt(ctx context.Context, t *testing.T, env *gpuEnvironment, ns, name, class, busID string) {
+	t.Helper()
 	template := &resourceapi.ResourceClaimTemplate{
-		ObjectMeta: metav1.ObjectMeta{Namespace: waiterNamespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
 			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
-				DeviceClassName: gpuClass,
+				DeviceClassName: class,
 				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
 					Expression: fmt.Sprintf(`device.attributes["resource.kubernetes.io"].pciBusID == %q`, busID)}}},
 			}}},
 		}}},
 	}
-	_, err = env.client.ResourceV1().ResourceClaimTemplates(waiterNamespace).Create(ctx, template, metav1.CreateOptions{})
+	_, err := env.client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, template, metav1.CreateOptions{})
 	must(t, "template "+name, err)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: waiterNamespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: ptr(int64(5)),
 			Tolerations:                   []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
@@ -185,12 +193,59 @@ func sameGPUPod(ctx context.Context, t *testing.T, env *gpuEnvironment, busID st
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr(name)}},
 		},
 	}
-	_, err = env.client.CoreV1().Pods(waiterNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	_, err = env.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	must(t, "pod "+name, err)
 	t.Cleanup(func() {
-		_ = env.client.CoreV1().Pods(waiterNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
+		_ = env.client.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	return name
+}
+
+// On a DGX A100 with MIG on: passing a GPU through withdraws its MIG
+// devices (not only a full GPU) until the pod goes.
+func TestGPUVfioWithdrawsTheMIGDevicesOfTheGPU(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	env := startGPUEnvironmentWithEnv(ctx, t, []corev1.EnvVar{
+		{Name: "FEATURE_GATES", Value: "PassthroughSupport=true"},
+		{Name: "HOST_ROOT", Value: containerDriverRoot},
+	}, a100MigProfile)
+	node := env.nodes.Nodes[0].Config.Name
+	busID := gpuBusIDsByMinor(t, env, node)[0]
+	migOfGPU0 := func(devices map[string]bool) int {
+		n := 0
+		for name := range devices {
+			if strings.HasPrefix(name, "gpu-0-mig-") {
+				n++
+			}
+		}
+		return n
+	}
+	before := publishedGPUDevices(ctx, t, env, node)
+	if migOfGPU0(before) == 0 {
+		t.Fatalf("GPU 0 of the a100-mig node publishes no MIG devices: %v", sortedKeys(before))
+	}
+
+	const ns = "vfio-on-mig"
+	_, err := env.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	must(t, "namespace "+ns, err)
+	podWithDeviceAt(ctx, t, env, ns, "vm", vfioClass, busID)
+	pod := waitForPodNamed(ctx, t, env, ns, "vm")
+	device, bus := vfioDeviceOf(ctx, t, env, pod)
+	if bus != busID || pciDriverOf(t, env, node, busID) != "vfio-pci" {
+		t.Fatalf("pod vm got %s at %s (driver %q), want the GPU at %s on vfio-pci", device, bus, pciDriverOf(t, env, node, bus), busID)
+	}
+	waitForPublished(ctx, t, env, node, "GPU 0's MIG devices withdrawn while "+device+" is prepared",
+		func(devices map[string]bool) bool { return migOfGPU0(devices) == 0 && devices[device] })
+	if after := publishedGPUDevices(ctx, t, env, node); !after["gpu-1-mig-7g40gb-0-0"] && before["gpu-1-mig-7g40gb-0-0"] {
+		t.Errorf("GPU 1's MIG device left too: %v", sortedKeys(after))
+	}
+
+	must(t, "delete pod", env.client.CoreV1().Pods(ns).Delete(ctx, "vm", metav1.DeleteOptions{}))
+	waitForPublished(ctx, t, env, node, "GPU 0's MIG devices back",
+		func(devices map[string]bool) bool { return migOfGPU0(devices) == migOfGPU0(before) })
+	if got := pciDriverOf(t, env, node, busID); got != "nvidia" {
+		t.Errorf("GPU %s is on %q after its pod went, want nvidia", busID, got)
+	}
 }
 
 // vfioDeviceOf returns the VFIO device allocated to the pod's one claim and

@@ -1028,7 +1028,20 @@ TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
         {"nodeSelector", {{"nodeSelectorTerms", json::array({{{"matchFields", json::array({field})}}})}}}};
     json status = {{"allocation", allocation}};
     if (consumed) {
-      status["reservedFor"] = json::array({{{"resource", "pods"}, {"name", claim + "-pod"}, {"uid", "uid-" + claim}}});
+      // A real (never scheduled) pod that uses the claim: kube-controller-
+      // manager's claim controller drops reservedFor entries of pods that do
+      // not exist, and on a busy machine it could do so before the
+      // controller under test looked at the claim.
+      json pod = {{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"metadata", {{"name", claim + "-pod"}, {"namespace", ns}}},
+                  {"spec",
+                   {{"containers", json::array({{{"name", "c"}, {"image", "none"}, {"resources", {{"claims", json::array({{{"name", "ch"}}})}}}}})},
+                    {"resourceClaims", json::array({{{"name", "ch"}, {"resourceClaimName", claim}}})}}}};
+      auto consumer = env_->client->Create(k8s::resources::kPods, ns, pod);
+      ASSERT_TRUE(consumer.ok()) << consumer.status();
+      status["reservedFor"] = json::array(
+          {{{"resource", "pods"}, {"name", claim + "-pod"}, {"uid", Str(*consumer, "/metadata/uid")}}});
     }
     auto patched = env_->client->Patch(k8s::resources::kResourceClaims, ns, claim, k8s::PatchType::kMerge,
                                        {{"status", status}}, StatusPatch());
@@ -1054,8 +1067,10 @@ TEST_F(CdControllerTest, NodeIsLabelledWhenAWorkloadChannelIsAllocated) {
   EXPECT_EQ(Str(*nodes_->Get("alloc-left"), kNodeLabel), "") << "labelled for a claim no pod uses";
   for (const char* claim : {"worker-left-channel", "worker-busy-channel", "worker-free-channel"}) {
     EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, kUserNs, claim).ok());
+    (void)env_->client->Delete(k8s::resources::kPods, kUserNs, std::string(claim) + "-pod");
   }
   EXPECT_TRUE(env_->client->Delete(k8s::resources::kResourceClaims, "cdc-intruder", "intruder-channel").ok());
+  (void)env_->client->Delete(k8s::resources::kPods, "cdc-intruder", "intruder-channel-pod");
   DeleteCdAndExpectNothingLeft(cd);
   EXPECT_TRUE(nodes_->WaitFor("alloc-free", [&](const auto& o) { return o && Str(*o, kNodeLabel).empty(); }));
   EXPECT_EQ(Str(*nodes_->Get("alloc-busy"), kNodeLabel), "another-domain");

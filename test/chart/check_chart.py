@@ -376,6 +376,13 @@ class Checker:
              "webhook.tls.certManager.issuerName"),
             ((*BASE, "--set", "nvidiaCtkPath=/usr/bin/nvidia-ctk"), "nvidiaCtkPath"),
             ((*BASE, "--set", "namespace=x"), "namespace"),
+            # values.schema.json: a misspelled key, a wrong type, an unknown choice.
+            ((*BASE, "--set", "webhook.replcas=2"), "additional properties 'replcas' not allowed"),
+            ((*BASE, "--set", "resources.gpus.enabeld=true"), "additional properties 'enabeld' not allowed"),
+            ((*BASE, "--set", "kubeletPlugin.containers.gpus.healthchekPort=1"), "'healthchekPort' not allowed"),
+            ((*BASE, "--set", "webhook.replicas=two"), "/webhook/replicas"),
+            ((*BASE, "--set", "webhook.failurePolicy=Sometimes"), "/webhook/failurePolicy"),
+            ((*BASE, "--set", "featureGates.DynamicMIG=yes"), "/featureGates/DynamicMIG"),
         ]
         for extra, needle in cases:
             err = self.render(*extra, expect_fail=True)

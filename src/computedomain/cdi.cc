@@ -101,4 +101,8 @@ Status CdCdi::RemoveClaimSpec(std::string_view claim_uid) const {
   return writer_.Remove(kubeletplugin::ClaimCdiSpecFileName(kCdCdiVendor, claim_uid));
 }
 
+common::StatusOr<int> CdCdi::RemoveOrphanedClaimSpecs(const std::set<std::string>& keep) const {
+  return writer_.RemoveClaimSpecsExcept(kCdCdiVendor, keep);
+}
+
 }  // namespace nvdra::computedomain

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,9 @@ class CdCdi {
                                               const std::vector<CdClaimDevice>& devices) const;
   // Removes the claim's spec; a missing file is fine.
   [[nodiscard]] common::Status RemoveClaimSpec(std::string_view claim_uid) const;
+  // Removes the claim specs of claims not in `keep` (the checkpoint's); how
+  // many went.
+  [[nodiscard]] common::StatusOr<int> RemoveOrphanedClaimSpecs(const std::set<std::string>& keep) const;
 
   const std::filesystem::path& cdi_root() const { return writer_.root(); }
 

@@ -112,6 +112,9 @@ class CdDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // Redoing a channel claim's steps is harmless, and undoing them would drop
   // the node label its domain's daemon pod is scheduled by.
   common::Status RollBackLeftover(const kubeletplugin::RecordedClaim&) override { return common::OkStatus(); }
+  // A claim prepared before the checkpoint was lost: its CDI spec goes now
+  // that the kubelet unprepares it (kept at start-up: its pod may run).
+  common::Status ForgetUnknownClaim(const std::string& claim_uid) override { return cdi_.RemoveClaimSpec(claim_uid); }
   // Waits (no timer: DomainWatch's event-driven wait) until every domain the
   // claim's channel configs name is known and has this node Ready.
   bool AwaitRetry(const kubeletplugin::ClaimView& claim, const common::Status& failure,

@@ -74,15 +74,7 @@ Status GpuCdi::RemoveClaimSpec(const std::string& claim_uid) const {
 }
 
 StatusOr<int> GpuCdi::RemoveOrphanedClaimSpecs(const std::set<std::string>& keep) const {
-  ASSIGN_OR_RETURN(std::vector<std::string> uids,
-                   writer_.ListTransient(kGpuCdiVendor, kubeletplugin::kCdiClaimClass));
-  int removed = 0;
-  for (const std::string& uid : uids) {
-    if (keep.contains(uid)) continue;
-    RETURN_IF_ERROR(RemoveClaimSpec(uid));
-    ++removed;
-  }
-  return removed;
+  return writer_.RemoveClaimSpecsExcept(kGpuCdiVendor, keep);
 }
 
 }  // namespace nvdra::gpu

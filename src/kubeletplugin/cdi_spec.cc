@@ -455,4 +455,15 @@ StatusOr<std::vector<std::string>> CdiSpecWriter::ListTransient(std::string_view
   return ids;
 }
 
+StatusOr<int> CdiSpecWriter::RemoveClaimSpecsExcept(std::string_view vendor, const std::set<std::string>& keep) const {
+  ASSIGN_OR_RETURN(std::vector<std::string> uids, ListTransient(vendor, kCdiClaimClass));
+  int removed = 0;
+  for (const std::string& uid : uids) {
+    if (keep.contains(uid)) continue;
+    RETURN_IF_ERROR(Remove(ClaimCdiSpecFileName(vendor, uid)));
+    ++removed;
+  }
+  return removed;
+}
+
 }  // namespace nvdra::kubeletplugin

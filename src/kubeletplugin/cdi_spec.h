@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -169,6 +170,10 @@ class CdiSpecWriter {
   // root is an empty list.
   [[nodiscard]] common::StatusOr<std::vector<std::string>> ListTransient(
       std::string_view vendor, std::string_view cdi_class) const;
+  // Removes the claim specs of `vendor` whose claim UID is not in `keep` (a
+  // checkpoint's claims); returns how many went.
+  [[nodiscard]] common::StatusOr<int> RemoveClaimSpecsExcept(std::string_view vendor,
+                                                             const std::set<std::string>& keep) const;
 
  private:
   std::filesystem::path root_;

@@ -423,6 +423,25 @@ TEST_F(CdPluginTest, DaemonClaimGetsMountEnvAndImexCapability) {
   EXPECT_FALSE(fs::exists(SpecPath(Uid(claim))));
 }
 
+// An operator moves a checkpoint aside (the recovery a corrupt one's error
+// names): the restarted plugin keeps the running claim's CDI spec, whose pod
+// may still restart containers, and removes it at the claim's Unprepare.
+TEST_F(CdPluginTest, ACheckpointMovedAsideKeepsRunningClaimsSpecsUntilUnprepare) {
+  MakeNode("gb200-tray", "cd-node-gb200");
+  StartPlugin();
+  const std::string cd_uid = CreateComputeDomain(kNamespace, "lost-cd");
+  json claim = DaemonClaim("outlives-checkpoint", cd_uid);
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  plugin_->Stop();
+  fs::rename(PluginDir() / "checkpoint.json", PluginDir() / "checkpoint.json.bad");
+  StartPlugin();
+  EXPECT_TRUE(fs::exists(SpecPath(Uid(claim)))) << "the running pod's CDI spec was removed";
+  EXPECT_EQ(UnprepareError(claim), "");
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(claim)))) << "the unknown claim's spec stayed";
+}
+
 TEST_F(CdPluginTest, ChannelClaimWaitsWithoutBlockingOthersAndPreparesOnTheReadyEvent) {
   MakeNode("gb200-tray", "cd-node-gb200");
   StartPlugin();

@@ -143,7 +143,9 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   if (!config.imex.host_managed() && gates.Enabled("IMEXDaemonsWithDNSNames") &&
       VersionParts(inventory.driver_version) < VersionParts(kMinDriverForDnsNames)) {
     return common::FailedPreconditionError(
-        fmt::format("NVIDIA driver {} is older than {}, the minimum for ComputeDomains with IMEXDaemonsWithDNSNames",
+        fmt::format("NVIDIA driver {} is older than {}, the minimum for ComputeDomains with IMEXDaemonsWithDNSNames: "
+                    "upgrade the driver, or turn the feature gate off (chart value "
+                    "featureGates.IMEXDaemonsWithDNSNames=false; the IMEX daemons then address each other by IP)",
                     inventory.driver_version, kMinDriverForDnsNames));
   }
   parts->clique_options.strict = gates.Enabled("CrashOnNVLinkFabricErrors");

@@ -426,6 +426,23 @@ TEST_F(CdPluginTest, DaemonClaimGetsMountEnvAndImexCapability) {
 // An operator moves a checkpoint aside (the recovery a corrupt one's error
 // names): the restarted plugin keeps the running claim's CDI spec, whose pod
 // may still restart containers, and removes it at the claim's Unprepare.
+// On a driver older than IMEXDaemonsWithDNSNames needs, the plugin stops and
+// says which gate to turn off, as the Go driver's.
+TEST_F(CdPluginTest, ADriverTooOldForDnsNamesStopsNamingTheGate) {
+  MakeNode("gb200-tray", "cd-node-old");
+  const fs::path profile = driver_root_ / "mock-nvml/profile.json";
+  json doc = json::parse(ReadFile(profile));
+  doc["driverVersion"] = "565.57.01";
+  WriteFile(profile, doc.dump());
+  ASSERT_TRUE(plugin_->Start());
+  const std::optional<int> exit_code = plugin_->WaitExit(std::chrono::seconds(30));
+  ASSERT_TRUE(exit_code.has_value()) << "the plugin runs on a driver too old for its gates";
+  EXPECT_NE(*exit_code, 0);
+  const std::string log = ReadFile(dir_ / "plugin.log");
+  EXPECT_NE(log.find("NVIDIA driver 565.57.01 is older than 570.158.01"), std::string::npos) << log;
+  EXPECT_NE(log.find("featureGates.IMEXDaemonsWithDNSNames=false"), std::string::npos) << log;
+}
+
 TEST_F(CdPluginTest, ACheckpointMovedAsideKeepsRunningClaimsSpecsUntilUnprepare) {
   MakeNode("gb200-tray", "cd-node-gb200");
   StartPlugin();

@@ -203,7 +203,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
   }
   host_options.resources.pools[config.plugin.node_name].slices.push_back(std::move(slice));
   // Before serving, so no Prepare runs meanwhile.
-  host_options.after_reconcile = [state = parts->device_state.get(), cdi = parts->cdi.get()](
+  host_options.after_reconcile = [state = parts->device_state.get()](
                                      kubeletplugin::ClaimPreparer& preparer, kubeletplugin::ResourceSlicePublisher&) {
     StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
     if (!checkpoint.ok()) return;
@@ -211,19 +211,9 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
       LOG_ERROR("cannot remove the node's unused ComputeDomain label", {{"err", s}});
     }
     state->RemoveStaleDomainDirs();
-    // Specs of claims of an earlier boot (a CDI root on disk): as the GPU
-    // plugin's. Not after a checkpoint lost without a reboot, whose pods
-    // still run; those go at their Unprepare (ForgetUnknownClaim).
-    if (preparer.DiscardedClaimsOfAnEarlierBoot()) {
-      std::set<std::string> prepared;
-      for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
-      StatusOr<int> removed = cdi->RemoveOrphanedClaimSpecs(prepared);
-      if (!removed.ok()) {
-        LOG_ERROR("cannot remove CDI specs of unknown claims", {{"err", removed.status()}});
-      } else if (*removed > 0) {
-        LOG_INFO(0, "removed CDI specs of claims of an earlier boot", {{"count", *removed}});
-      }
-    }
+  };
+  host_options.remove_claim_specs_except = [cdi = parts->cdi.get()](const std::set<std::string>& keep) {
+    return cdi->RemoveOrphanedClaimSpecs(keep);
   };
   ASSIGN_OR_RETURN(parts->host, kubeletplugin::PluginHost::Start(config.plugin, driver, *parts->client,
                                                                  *parts->device_state, std::move(host_options)));

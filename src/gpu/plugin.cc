@@ -315,29 +315,15 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   host_options.preparer.device_metadata = gates.Enabled(common::kDeviceMetadata);
   host_options.boot_id_file = environment.boot_id_file;
   host_options.resources = parts->publication->Resources({});
-  // Specs of claims the checkpoint no longer has (discarded after a reboot
-  // when the CDI root is on disk) would otherwise stay forever.
-  // Only after a reboot: then they describe devices of the earlier boot. A
-  // checkpoint lost without a reboot (moved aside by an operator) leaves the
-  // specs of claims whose pods still run; each goes when the kubelet
-  // unprepares its claim (ForgetUnknownClaim), and removing them now would
-  // keep those containers from restarting.
-  host_options.after_reconcile = [cdi = parts->cdi.get(), publication = parts->publication.get()](
-                                     kubeletplugin::ClaimPreparer& preparer,
-                                     kubeletplugin::ResourceSlicePublisher& publisher) {
+  host_options.after_reconcile = [publication = parts->publication.get()](
+                                     kubeletplugin::ClaimPreparer&, kubeletplugin::ResourceSlicePublisher& publisher) {
     // From now on the device state's withdrawals reach the API server.
     publication->Attach(publisher);
-    StatusOr<kubeletplugin::Checkpoint> checkpoint = preparer.ReadCheckpoint();
-    if (!checkpoint.ok()) return;
-    if (!preparer.DiscardedClaimsOfAnEarlierBoot()) return;
-    std::set<std::string> prepared;
-    for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
-    StatusOr<int> removed = cdi->RemoveOrphanedClaimSpecs(prepared);
-    if (!removed.ok()) {
-      LOG_ERROR("cannot remove CDI specs of unknown claims", {{"err", removed.status()}});
-    } else if (*removed > 0) {
-      LOG_INFO(0, "removed CDI specs of claims not in the checkpoint", {{"count", *removed}});
-    }
+  };
+  // After a reboot (PluginHostOptions::remove_claim_specs_except says why
+  // only then).
+  host_options.remove_claim_specs_except = [cdi = parts->cdi.get()](const std::set<std::string>& keep) {
+    return cdi->RemoveOrphanedClaimSpecs(keep);
   };
   ASSIGN_OR_RETURN(parts->host, kubeletplugin::PluginHost::Start(config.plugin, driver, *parts->client,
                                                                  *parts->device_state, std::move(host_options)));

@@ -1,7 +1,10 @@
 #include "kubeletplugin/plugin_host.h"
 
+#include <set>
+#include <string>
 #include <utility>
 
+#include "common/log.h"
 #include "kubeletplugin/boot_id.h"
 #include "kubeletplugin/plugin_lifecycle.h"
 
@@ -27,8 +30,21 @@ common::StatusOr<std::unique_ptr<PluginHost>> PluginHost::Start(const KubeletPlu
   host->publisher_->Update(std::move(options.resources));
 
   ClaimPreparer& preparer = *host->preparer_;
-  std::function<void()> after_reconcile;
-  if (options.after_reconcile) after_reconcile = [&] { options.after_reconcile(preparer, *host->publisher_); };
+  std::function<void()> after_reconcile = [&] {
+    if (options.remove_claim_specs_except && preparer.DiscardedClaimsOfAnEarlierBoot()) {
+      std::set<std::string> prepared;
+      if (common::StatusOr<Checkpoint> checkpoint = preparer.ReadCheckpoint(); checkpoint.ok()) {
+        for (const auto& [uid, entry] : checkpoint->claims) prepared.insert(uid);
+        common::StatusOr<int> removed = options.remove_claim_specs_except(prepared);
+        if (!removed.ok()) {
+          LOG_ERROR("cannot remove CDI specs of claims of an earlier boot", {{"err", removed.status()}});
+        } else if (*removed > 0) {
+          LOG_INFO(0, "removed CDI specs of claims of an earlier boot", {{"count", *removed}});
+        }
+      }
+    }
+    if (options.after_reconcile) options.after_reconcile(preparer, *host->publisher_);
+  };
   ASSIGN_OR_RETURN(host->server_, ReconcileThenServe(flags, driver, plugin_dir, preparer, after_reconcile));
   return host;
 }

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "common/status.h"
@@ -39,6 +40,13 @@ struct PluginHostOptions {
   // clean-up that needs the reconciled checkpoint, or a republish of devices
   // that depend on it); may be empty.
   std::function<void(ClaimPreparer& preparer, ResourceSlicePublisher& publisher)> after_reconcile;
+  // Removes the plugin's claim CDI specs whose claim UID is not in `keep`;
+  // how many went. When set, it runs after the first reconcile if start-up
+  // discarded the checkpoint of an earlier boot: those specs describe
+  // devices of that boot (a CDI root on disk keeps them). Not after a
+  // checkpoint lost without a reboot: its claims' pods still run, and each
+  // spec goes at its claim's Unprepare (ClaimDeviceBackend::ForgetUnknownClaim).
+  std::function<common::StatusOr<int>(const std::set<std::string>& keep)> remove_claim_specs_except;
 };
 
 class PluginHost {

@@ -443,6 +443,23 @@ TEST_F(CdPluginTest, ADriverTooOldForDnsNamesStopsNamingTheGate) {
   EXPECT_NE(log.find("featureGates.IMEXDaemonsWithDNSNames=false"), std::string::npos) << log;
 }
 
+// After a reboot the checkpoint of the earlier boot is discarded, and with
+// it the specs of its claims (a CDI root on disk keeps them otherwise).
+TEST_F(CdPluginTest, ARebootRemovesTheSpecsOfTheEarlierBootsClaims) {
+  MakeNode("gb200-tray", "cd-node-gb200");
+  StartPlugin();
+  const std::string cd_uid = CreateComputeDomain(kNamespace, "reboot-cd");
+  json claim = DaemonClaim("before-reboot", cd_uid);
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  ASSERT_TRUE(fs::exists(SpecPath(Uid(claim))));
+  plugin_->Stop();
+  WriteFile(dir_ / "boot_id", "99999999-2222-3333-4444-555555555555\n");
+  StartPlugin();
+  EXPECT_FALSE(fs::exists(SpecPath(Uid(claim)))) << "a spec of the earlier boot stayed";
+}
+
 TEST_F(CdPluginTest, ACheckpointMovedAsideKeepsRunningClaimsSpecsUntilUnprepare) {
   MakeNode("gb200-tray", "cd-node-gb200");
   StartPlugin();

@@ -83,16 +83,18 @@ Status VfioPassthrough::Release(const std::string& bus_id) {
 }
 
 StatusOr<int> VfioPassthrough::ReleaseAllBut(const std::set<std::string>& held) {
+  const std::set<std::string> recorded = Recorded();
+  if (recorded.empty()) {
+    // Nothing of this boot: a record of an earlier boot goes.
+    std::error_code ec;
+    fs::remove(options_.record_file, ec);
+    return 0;
+  }
   int released = 0;
-  for (const std::string& bus_id : Recorded()) {
+  for (const std::string& bus_id : recorded) {
     if (held.contains(bus_id)) continue;
     RETURN_IF_ERROR(Release(bus_id));
     ++released;
-  }
-  // A record of an earlier boot is dropped here too.
-  if (released == 0 && Recorded().empty()) {
-    std::error_code ec;
-    fs::remove(options_.record_file, ec);
   }
   return released;
 }

@@ -17,6 +17,8 @@
 #include "common/mutex.h"
 #include "drivercdi/hook_install.h"
 #include "gpu/claim_cdi.h"
+#include "gpu/device_health.h"
+#include "gpu/device_health_reporter.h"
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
 #include "gpu/dynamic_mig.h"
@@ -50,7 +52,12 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<VfioPassthrough> vfio;               // PassthroughSupport only
   std::unique_ptr<SlicePublication> publication;
   std::unique_ptr<GpuDeviceState> device_state;
+  std::unique_ptr<DeviceHealthBook> health_book;  // NVMLDeviceHealthCheck only
   std::unique_ptr<kubeletplugin::PluginHost> host;
+  // NVMLDeviceHealthCheck only; after the host, whose server they feed, so
+  // they stop before it.
+  std::unique_ptr<DeviceHealthReporter> health_reporter;
+  std::unique_ptr<NvmlHealthMonitor> health_monitor;
   std::unique_ptr<common::MetricsServer> metrics_server;  // --http-endpoint; null when empty
   PluginEnvironment environment;
 };
@@ -120,13 +127,9 @@ class SlicePublication {
   SlicePublication(std::string node_name, PublishedResources all, CounterLayout layout)
       : node_name_(std::move(node_name)), all_(std::move(all)), layout_(layout) {}
 
-  kubeletplugin::DriverResources Resources(const std::set<std::string>& withdrawn) const {
-    PublishedResources shown;
-    shown.counter_sets = all_.counter_sets;
-    for (const PublishedDevice& device : all_.devices) {
-      if (!withdrawn.contains(device.name)) shown.devices.push_back(device);
-    }
-    return SlicesFor(node_name_, shown, layout_);
+  kubeletplugin::DriverResources Resources() const {
+    common::MutexLock lock(mu_);
+    return ResourcesLocked();
   }
   void Publish(const std::set<std::string>& withdrawn) {
     common::MutexLock lock(mu_);
@@ -135,24 +138,56 @@ class SlicePublication {
                {{"withdrawn", fmt::format("{}", fmt::join(withdrawn, ","))}});
     }
     withdrawn_ = withdrawn;
-    if (publisher_ != nullptr) publisher_->Update(Resources(withdrawn_));
+    if (publisher_ != nullptr) publisher_->Update(ResourcesLocked());
+  }
+  // The health monitor's taints, the complete map each time.
+  void SetTaints(const std::map<std::string, std::vector<DeviceTaint>>& taints) {
+    common::MutexLock lock(mu_);
+    std::map<std::string, std::vector<nlohmann::json>> as_json;
+    for (const auto& [device, list] : taints) {
+      for (const DeviceTaint& taint : list) as_json[device].push_back(DeviceTaintJson(taint));
+    }
+    if (as_json == taints_) return;
+    LOG_INFO(1, "republishing: device taints changed", {{"taintedDevices", as_json.size()}});
+    taints_ = std::move(as_json);
+    if (publisher_ != nullptr) publisher_->Update(ResourcesLocked());
   }
   void Attach(kubeletplugin::ResourceSlicePublisher& publisher) {
     common::MutexLock lock(mu_);
     publisher_ = &publisher;
-    publisher_->Update(Resources(withdrawn_));
+    publisher_->Update(ResourcesLocked());
   }
 
  private:
+  kubeletplugin::DriverResources ResourcesLocked() const REQUIRES(mu_) {
+    PublishedResources shown;
+    shown.counter_sets = all_.counter_sets;
+    for (const PublishedDevice& device : all_.devices) {
+      if (withdrawn_.contains(device.name)) continue;
+      shown.devices.push_back(device);
+      if (auto it = taints_.find(device.name); it != taints_.end()) shown.devices.back().taints = it->second;
+    }
+    return SlicesFor(node_name_, shown, layout_);
+  }
+
   const std::string node_name_;
   const PublishedResources all_;
   const CounterLayout layout_;
-  common::Mutex mu_;
+  mutable common::Mutex mu_;
   std::set<std::string> withdrawn_ GUARDED_BY(mu_);
+  std::map<std::string, std::vector<nlohmann::json>> taints_ GUARDED_BY(mu_);
   kubeletplugin::ResourceSlicePublisher* publisher_ GUARDED_BY(mu_) = nullptr;
 };
 
 namespace {
+
+// The boot id, without its newline; `what` names the feature that needs it.
+StatusOr<std::string> ReadBootId(const std::filesystem::path& file, std::string_view what) {
+  StatusOr<std::string> boot_id = common::ReadWholeFile(file);
+  if (!boot_id.ok()) return boot_id.status().WithContext(fmt::format("reading the boot id for {}", what));
+  while (!boot_id->empty() && (boot_id->back() == '\n' || boot_id->back() == ' ')) boot_id->pop_back();
+  return boot_id;
+}
 
 // The API server's minor version ("37", "37+" -> 37).
 StatusOr<int> ServerMinorVersion(k8s::Client& client) {
@@ -199,6 +234,40 @@ StatusOr<std::unique_ptr<MpsDaemons>> StartMps(const PluginConfig& config, const
 
 }  // namespace
 
+namespace {
+
+// NVMLDeviceHealthCheck: the reporter (slices, kubelet, Events, the reset
+// annotation), then the NVML event monitor that feeds it.
+common::Status StartHealthCheck(const PluginConfig& config, GpuKubeletPlugin::Parts& parts,
+                                std::vector<WatchedDevice> watched) {
+  ASSIGN_OR_RETURN(XidPolicy xids, XidPolicy::Parse(config.additional_xids_to_ignore));
+  DeviceHealthReporterOptions options;
+  options.node_name = config.plugin.node_name;
+  for (const WatchedDevice& device : watched) options.devices.push_back(device.name);
+  options.publish_taints = [publication = parts.publication.get()](
+                               const std::map<std::string, std::vector<DeviceTaint>>& taints) {
+    publication->SetTaints(taints);
+  };
+  options.publish_health = [host = parts.host.get()](std::vector<kubeletplugin::DeviceHealth> report) {
+    host->server().PublishDeviceHealth(std::move(report));
+  };
+  ASSIGN_OR_RETURN(parts.health_reporter,
+                   DeviceHealthReporter::Start(*parts.client, *parts.health_book, std::move(options)));
+  parts.health_reporter->Heartbeat();
+  HealthMonitorOptions monitor;
+  monitor.devices = std::move(watched);
+  monitor.xids = std::move(xids);
+  monitor.on_change = [reporter = parts.health_reporter.get()](const std::vector<HealthNote>& notes) {
+    reporter->OnChange(notes);
+  };
+  ASSIGN_OR_RETURN(parts.health_monitor, NvmlHealthMonitor::Start(*parts.nvml, *parts.health_book, std::move(monitor)));
+  LOG_INFO(0, "NVMLDeviceHealthCheck: watching NVML events",
+           {{"devices", parts.health_book->devices().size()}, {"ignoredXids", fmt::format("{}", fmt::join(xids.ignored(), ","))}});
+  return common::OkStatus();
+}
+
+}  // namespace
+
 GpuKubeletPlugin::GpuKubeletPlugin(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
 GpuKubeletPlugin::~GpuKubeletPlugin() {
@@ -231,13 +300,11 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
       std::filesystem::path(config.plugin.kubelet_plugins_directory_path) / driver;
   PublishOptions publish;
   if (gates.Enabled(common::kPassthroughSupport)) {
-    StatusOr<std::string> boot_id = common::ReadWholeFile(environment.boot_id_file);
-    if (!boot_id.ok()) return boot_id.status().WithContext("reading the boot id for PassthroughSupport");
-    while (!boot_id->empty() && (boot_id->back() == '\n' || boot_id->back() == ' ')) boot_id->pop_back();
+    ASSIGN_OR_RETURN(const std::string boot_id, ReadBootId(environment.boot_id_file, "PassthroughSupport"));
     ASSIGN_OR_RETURN(VfioPassthrough vfio,
                      VfioPassthrough::Open({.host_root = config.host_root,
                                             .record_file = plugin_dir / "vfio-bindings.json",
-                                            .boot_id = *boot_id}));
+                                            .boot_id = boot_id}));
     parts->vfio = std::make_unique<VfioPassthrough>(std::move(vfio));
     publish.vfio_functions = parts->vfio->functions();
     publish.iommufd_enabled = parts->vfio->iommufd_available();
@@ -309,12 +376,26 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
                                       const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); },
           .device_metadata = std::move(device_metadata)});
 
+  // NVMLDeviceHealthCheck: the taints recorded before a restart are in the
+  // first slices already.
+  const bool health_check = gates.Enabled(common::kNVMLDeviceHealthCheck);
+  std::vector<WatchedDevice> watched;
+  if (health_check) {
+    watched = WatchedDevicesOf(parts->device_state->inventory());
+    std::set<std::string> names;
+    for (const WatchedDevice& device : watched) names.insert(device.name);
+    ASSIGN_OR_RETURN(const std::string boot_id, ReadBootId(environment.boot_id_file, "NVMLDeviceHealthCheck"));
+    ASSIGN_OR_RETURN(parts->health_book,
+                     DeviceHealthBook::Open(plugin_dir / "device-health.json", boot_id, std::move(names)));
+    parts->publication->SetTaints(parts->health_book->Taints());
+  }
+
   kubeletplugin::PluginHostOptions host_options;
   host_options.preparer.metrics = parts->metrics.get();
   host_options.preparer.gates = gates;
   host_options.preparer.device_metadata = gates.Enabled(common::kDeviceMetadata);
   host_options.boot_id_file = environment.boot_id_file;
-  host_options.resources = parts->publication->Resources({});
+  host_options.resources = parts->publication->Resources();
   host_options.after_reconcile = [publication = parts->publication.get()](
                                      kubeletplugin::ClaimPreparer&, kubeletplugin::ResourceSlicePublisher& publisher) {
     // From now on the device state's withdrawals reach the API server.
@@ -327,12 +408,19 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   };
   ASSIGN_OR_RETURN(parts->host, kubeletplugin::PluginHost::Start(config.plugin, driver, *parts->client,
                                                                  *parts->device_state, std::move(host_options)));
+  if (health_check) RETURN_IF_ERROR(StartHealthCheck(config, *parts, std::move(watched)));
   return std::unique_ptr<GpuKubeletPlugin>(new GpuKubeletPlugin(std::move(parts)));
 }
 
 void GpuKubeletPlugin::Run(std::stop_token stop) {
-  kubeletplugin::RunPeriodic(
-      stop, {kubeletplugin::ReconcileTask(parts_->host->preparer(), parts_->environment.reconcile_interval)});
+  std::vector<kubeletplugin::PeriodicTask> tasks = {
+      kubeletplugin::ReconcileTask(parts_->host->preparer(), parts_->environment.reconcile_interval)};
+  if (parts_->health_reporter) {
+    // The kubelet forgets a device not reported within its timeout (60 s).
+    tasks.push_back({.interval = std::chrono::seconds(20),
+                     .run = [reporter = parts_->health_reporter.get()] { reporter->Heartbeat(); }});
+  }
+  kubeletplugin::RunPeriodic(stop, std::move(tasks));
 }
 
 }  // namespace nvdra::gpu

@@ -52,8 +52,10 @@ class GpuKubeletPlugin final : public kubeletplugin::RunningPlugin {
   // reconcile_interval until `stop`.
   void Run(std::stop_token stop) override;
 
- private:
+  // What the plugin is made of (plugin.cc); opaque outside it.
   struct Parts;
+
+ private:
   explicit GpuKubeletPlugin(std::unique_ptr<Parts> parts);
   std::unique_ptr<Parts> parts_;
 };

@@ -371,6 +371,7 @@ nlohmann::json DeviceToJson(const PublishedDevice& device) {
     }
     out["consumesCounters"] = std::move(consumes);
   }
+  if (!device.taints.empty()) out["taints"] = device.taints;
   return out;
 }
 

@@ -95,6 +95,9 @@ struct PublishedDevice {
   std::map<std::string, CapacityRequestPolicy> request_policies;
   bool allow_multiple_allocations = false;
   std::vector<CounterConsumption> consumes_counters;
+  // Device taints (resource.k8s.io/v1 DeviceTaint JSON without timeAdded):
+  // the health monitor's, set at publishing time, never by BuildPublishedResources.
+  std::vector<nlohmann::json> taints;
 };
 
 struct CounterSet {
@@ -131,7 +134,7 @@ common::StatusOr<PublishedResources> BuildPublishedResources(const NodeInventory
 common::StatusOr<std::string> NormalizeVersion(const std::string& text);
 
 // resource.k8s.io/v1 JSON: a Device ({"name", "attributes", "capacity",
-// "consumesCounters"}) and a CounterSet ({"name", "counters"}).
+// "consumesCounters", "taints"}) and a CounterSet ({"name", "counters"}).
 nlohmann::json DeviceToJson(const PublishedDevice& device);
 nlohmann::json CounterSetToJson(const CounterSet& set);
 

@@ -63,6 +63,8 @@ class PluginHost {
 
   ClaimPreparer& preparer() { return *preparer_; }
   ResourceSlicePublisher& publisher() { return *publisher_; }
+  // The kubelet-facing server (device health reports go through it).
+  PluginServer& server() { return *server_; }
 
  private:
   PluginHost() = default;

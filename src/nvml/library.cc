@@ -89,6 +89,13 @@ bool IsNotSupported(const Status& status) {
   return true;
 }
 
+bool IsGpuLost(const Status& status) {
+  // kUnavailable also covers timeouts and an unloaded driver; Check() puts
+  // NVML's own code at the end of the message.
+  return status.code() == StatusCode::kUnavailable &&
+         status.message().ends_with(fmt::format("(NVML error {})", static_cast<int>(abi::NVML_ERROR_GPU_IS_LOST)));
+}
+
 Status MissingFunctionError(std::string_view function) {
   return common::UnimplementedError(fmt::format("{}: {}", function, kMissingMarker));
 }

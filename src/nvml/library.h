@@ -52,6 +52,9 @@ StatusCode NvmlReturnToStatusCode(abi::nvmlReturn_t code);
 // True for a Status made from NVML_ERROR_NOT_SUPPORTED or from a function the
 // library does not export: "this GPU or driver cannot answer", not a failure.
 bool IsNotSupported(const Status& status);
+// Whether `status` came from NVML_ERROR_GPU_IS_LOST (the GPU fell off the bus
+// or stopped answering).
+bool IsGpuLost(const Status& status);
 
 struct LibraryOptions {
   // Host path of the NVIDIA driver installation ("/" for a driver on the host,

@@ -4,7 +4,8 @@
 // per device), then $MOCK_NVML_FABRIC_STATE / $MOCK_NVML_FABRIC_STATUS (read at
 // nvmlInit, applied to every GPU with fabric support), then the state file's
 // "fabric" map (re-read on change, so a test can move a running process from
-// in_progress to completed). A GPU whose profile says "fabric": null answers
+// in_progress to completed, or make a GPU's fabric unhealthy: healthMask,
+// healthSummary). A GPU whose profile says "fabric": null answers
 // NOT_SUPPORTED, as pre-Hopper GPUs do; MIG device handles too.
 
 #include <chrono>
@@ -25,6 +26,8 @@ nvmlReturn_t CurrentFabric(Context& ctx, const ResolvedDevice& d, FabricSpec* ou
   if (auto it = state->fabric.find(d.gpu->uuid); it != state->fabric.end()) {
     if (it->second.state) out->state = *it->second.state;
     if (it->second.status) out->status = *it->second.status;
+    if (it->second.health_mask) out->health_mask = *it->second.health_mask;
+    if (it->second.health_summary) out->health_summary = *it->second.health_summary;
   }
   return NVML_SUCCESS;
 }

@@ -76,6 +76,8 @@ json ToJson(const MigState& state) {
       json entry = json::object();
       if (o.state && *o.state < 4) entry["state"] = kStates[*o.state];
       if (o.status) entry["status"] = *o.status;
+      if (o.health_mask) entry["healthMask"] = *o.health_mask;
+      if (o.health_summary) entry["healthSummary"] = *o.health_summary;
       fabric[uuid] = std::move(entry);
     }
     root["fabric"] = std::move(fabric);
@@ -121,6 +123,19 @@ MigState FromJson(const json& root) {
         if (!o.state) throw std::invalid_argument("fabric." + uuid + ".state: unknown state");
       }
       if (entry.contains("status")) o.status = entry.at("status").get<int>();
+      if (entry.contains("healthMask")) o.health_mask = entry.at("healthMask").get<unsigned>();
+      if (entry.contains("healthSummary")) {
+        const json& summary = entry.at("healthSummary");
+        if (summary.is_string()) {
+          o.health_summary = ParseFabricHealthSummary(summary.get<std::string>());
+        } else if (const unsigned number = summary.get<unsigned>(); number <= 3) {
+          o.health_summary = static_cast<unsigned char>(number);
+        }
+        if (!o.health_summary) {
+          throw std::invalid_argument("fabric." + uuid + ".healthSummary: expected 0..3 or "
+                                      "not_supported|healthy|unhealthy|limited_capacity");
+        }
+      }
       state.fabric.emplace(uuid, o);
     }
   }
@@ -140,6 +155,14 @@ Status FlockExclusive(int fd, const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::optional<unsigned char> ParseFabricHealthSummary(std::string_view text) {
+  if (text == "not_supported") return 0;
+  if (text == "healthy") return 1;
+  if (text == "unhealthy") return 2;
+  if (text == "limited_capacity") return 3;
+  return std::nullopt;
+}
 
 const ComputeInstanceState* GpuInstanceState::FindComputeInstance(unsigned ci_id) const {
   for (const ComputeInstanceState& ci : compute_instances) {

@@ -13,9 +13,14 @@
 //                         "gpuInstances": [{"id": 2, "profileId": 9, "start": 4, "size": 4,
 //                            "computeInstances": [{"id": 0, "profileId": 2, "start": 0,
 //                                                  "size": 3}]}]}},
-//    "fabric": {"GPU-...": {"state": "in_progress", "status": 0}}}
+//    "fabric": {"GPU-...": {"state": "in_progress", "status": 0,
+//                           "healthMask": 16, "healthSummary": "unhealthy"}}}
 // "fabric" is optional and only read here (tests write it to change a running
-// process's fabric state). A GPU missing from "gpus" starts from its profile.
+// process's fabric state and health); each of its keys is optional and
+// overrides the profile's value. "healthSummary" is an
+// NVML_GPU_FABRIC_HEALTH_SUMMARY_* number or its name (not_supported 0,
+// healthy 1, unhealthy 2, limited_capacity 3); mutations write it back as a
+// number. A GPU missing from "gpus" starts from its profile.
 //
 // Sharing: readers re-read the file whenever its inode, size or mtime changed
 // (writers replace it by rename, so a reader never sees half a file).
@@ -33,6 +38,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -71,7 +77,12 @@ struct GpuMigState {
 struct FabricOverride {
   std::optional<unsigned char> state;
   std::optional<abi::nvmlReturn_t> status;
+  std::optional<unsigned> health_mask;            // nvmlGpuFabricInfo_v3 healthMask
+  std::optional<unsigned char> health_summary;  // NVML_GPU_FABRIC_HEALTH_SUMMARY_*
 };
+
+// "healthy" to 1 and so on (NVML_GPU_FABRIC_HEALTH_SUMMARY_*); nullopt if unknown.
+std::optional<unsigned char> ParseFabricHealthSummary(std::string_view text);
 
 // What nvidia-smi -c and nvidia-smi compute-policy --set-timeslice (and
 // nvmlDeviceSetComputeMode) changed on a GPU; a GPU without an entry has the

@@ -104,6 +104,47 @@ TEST_F(MockNvmlFabric, StateFileChangesARunningProcess) {
   EXPECT_EQ(changed.status, abi::NVML_ERROR_NOT_SUPPORTED);
 }
 
+// The state file's fabric map also carries health (nvmlGpuFabricInfo_v3):
+// a test makes one GPU's fabric unhealthy and healthy again; the override
+// survives the mock's own rewrites of the file.
+TEST_F(MockNvmlFabric, StateFileSetsFabricHealth) {
+  UseProfile("gb200-tray.json");
+  InitOrFail();
+  const std::string uuid = nvml_->Uuid(nvml_->Gpu(2));
+  nlohmann::json state = nlohmann::json::parse(ReadFile(state_file()));
+  state["fabric"][uuid] = {{"healthSummary", "unhealthy"}, {"healthMask", 0x10}};
+  WriteFile(state_file(), state.dump());
+  abi::nvmlGpuFabricInfoV_t info = FabricV3(2);
+  EXPECT_EQ(info.healthSummary, 2);  // NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY
+  EXPECT_EQ(info.healthMask, 0x10U);
+  EXPECT_EQ(info.state, abi::NVML_GPU_FABRIC_STATE_COMPLETED);  // the profile's
+  EXPECT_EQ(FabricV3(1).healthSummary, 1);
+
+  // A mutation (compute mode) rewrites the state file: the health stays.
+  ASSERT_EQ(nvml_->nvmlDeviceSetComputeMode(nvml_->Gpu(0), abi::NVML_COMPUTEMODE_PROHIBITED),
+            abi::NVML_SUCCESS);
+  const nlohmann::json rewritten = nlohmann::json::parse(ReadFile(state_file()));
+  EXPECT_EQ(rewritten["fabric"][uuid]["healthSummary"], 2);
+  EXPECT_EQ(FabricV3(2).healthSummary, 2);
+
+  // Healthy again, given as a number.
+  state = rewritten;
+  state["fabric"][uuid] = {{"healthSummary", 1}, {"healthMask", 0}};
+  WriteFile(state_file(), state.dump());
+  info = FabricV3(2);
+  EXPECT_EQ(info.healthSummary, 1);
+  EXPECT_EQ(info.healthMask, 0U);
+
+  // An unknown summary makes the state file malformed.
+  state["fabric"][uuid] = {{"healthSummary", "sick"}};
+  WriteFile(state_file(), state.dump());
+  ::testing::internal::CaptureStderr();
+  abi::nvmlGpuFabricInfoV_t bad{};
+  bad.version = abi::nvmlGpuFabricInfo_v3;
+  EXPECT_EQ(nvml_->nvmlDeviceGetGpuFabricInfoV(nvml_->Gpu(2), &bad), abi::NVML_ERROR_UNKNOWN);
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("healthSummary"), std::string::npos);
+}
+
 class MockNvmlEvents : public MockNvmlTest {
  protected:
   void SetUp() override {

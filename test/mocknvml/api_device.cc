@@ -42,16 +42,20 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
   return NVML_SUCCESS;
 }
 
+// GPU_IS_LOST for a lost GPU, as nvidia-smi shows for one that fell off the
+// bus ("Unable to determine the device handle for GPU ...: GPU is lost").
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   NVDRA_MOCKNVML_BEGIN();
   if (device == nullptr || index >= ctx.profile().gpus.size()) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
+  if (ctx.IsGpuLost(index)) return NVML_ERROR_GPU_IS_LOST;
   *device = ctx.GpuHandle(index);
   return NVML_SUCCESS;
 }
 
-// GPU and MIG device UUIDs; NOT_FOUND for any other string.
+// GPU and MIG device UUIDs; NOT_FOUND for any other string; GPU_IS_LOST
+// when the GPU (the MIG device's parent) is lost.
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   NVDRA_MOCKNVML_BEGIN();
   if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -59,6 +63,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   const Profile& profile = ctx.profile();
   for (unsigned i = 0; i < profile.gpus.size(); ++i) {
     if (profile.gpus[i].uuid == wanted) {
+      if (ctx.IsGpuLost(i)) return NVML_ERROR_GPU_IS_LOST;
       *device = ctx.GpuHandle(i);
       return NVML_SUCCESS;
     }
@@ -72,6 +77,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
     for (const GpuInstanceState& gi : it->second.gpu_instances) {
       for (const ComputeInstanceState& ci : gi.compute_instances) {
         if (MigDeviceUuid(profile.gpus[i].uuid, gi.id, ci.id) == wanted) {
+          if (ctx.IsGpuLost(i)) return NVML_ERROR_GPU_IS_LOST;
           *device = ctx.MigDeviceHandle(i, gi.id, ci.id);
           return NVML_SUCCESS;
         }

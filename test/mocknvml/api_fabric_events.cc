@@ -7,8 +7,13 @@
 // in_progress to completed, or make a GPU's fabric unhealthy: healthMask,
 // healthSummary). A GPU whose profile says "fabric": null answers
 // NOT_SUPPORTED, as pre-Hopper GPUs do; MIG device handles too.
+//
+// Events: see events.h (event sets, lost GPUs, the registrations record).
+
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include "context.h"
 #include "exports.h"
@@ -92,6 +97,15 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
     return NVML_ERROR_NOT_SUPPORTED;
   }
   set->set.Register(d.gpu_handle, d.gpu->uuid, eventTypes);
+  // After Register: a test that sees the line may inject at once. A failed
+  // record (a read-only state folder) does not fail the registration, which
+  // took place; the test waiting for it is told why on stderr.
+  const common::Status recorded = AppendRegistration(
+      ctx.registrations_file(), static_cast<long>(::getpid()), d.gpu->uuid, eventTypes);
+  if (!recorded.ok()) {
+    std::fprintf(stderr, "mock NVML: recording the event registration: %s\n",
+                 recorded.message().c_str());
+  }
   return NVML_SUCCESS;
 }
 

@@ -81,6 +81,8 @@ abi::nvmlReturn_t Context::Init() {
   events_file_ = Getenv("MOCK_NVML_EVENTS") != nullptr
                      ? std::filesystem::path(Getenv("MOCK_NVML_EVENTS"))
                      : state_file.parent_path() / "events.jsonl";
+  registrations_file_ = RegistrationsFile(events_file_);
+  lost_gpus_.emplace(events_file_);
   store_ = std::make_unique<MigStateStore>(state_file, *all_gpus_profile_);
   // Creates the state file now, so a profile whose static MIG devices do not
   // fit fails here rather than at some later MIG call.
@@ -165,11 +167,16 @@ abi::nvmlComputeInstance_t Context::ComputeInstanceHandle(unsigned gpu_index, un
   return it->second;
 }
 
+bool Context::IsGpuLost(unsigned gpu_index) {
+  return lost_gpus_->IsLost(profile_->gpus.at(gpu_index).uuid);
+}
+
 abi::nvmlReturn_t Context::Resolve(abi::nvmlDevice_t device, ResolvedDevice* out) {
   if (device == nullptr || !known_handles_.contains(device) ||
       device->gpu_index >= profile_->gpus.size()) {
     return abi::NVML_ERROR_INVALID_ARGUMENT;
   }
+  if (IsGpuLost(device->gpu_index)) return abi::NVML_ERROR_GPU_IS_LOST;
   *out = ResolvedDevice{};
   out->gpu_index = device->gpu_index;
   out->gpu = &profile_->gpus[device->gpu_index];
@@ -195,6 +202,7 @@ abi::nvmlReturn_t Context::ResolveGpuInstance(abi::nvmlGpuInstance_t handle,
       handle->gpu_index >= profile_->gpus.size()) {
     return abi::NVML_ERROR_INVALID_ARGUMENT;
   }
+  if (IsGpuLost(handle->gpu_index)) return abi::NVML_ERROR_GPU_IS_LOST;
   *out = ResolvedDevice{};
   out->gpu_index = handle->gpu_index;
   out->gpu = &profile_->gpus[handle->gpu_index];

@@ -13,6 +13,12 @@
 // seen and reused when an instance with the same ids comes back; calls
 // through a handle whose instance no longer exists return INVALID_ARGUMENT.
 //
+// A GPU the events file says is lost (events.h) answers
+// NVML_ERROR_GPU_IS_LOST through every handle that names it, GPU, MIG device
+// or instance (Resolve*), and to nvmlDeviceGetHandleByIndex/ByUUID, as real
+// NVML does for a GPU that fell off the bus; nvmlDeviceGetCount still counts
+// it.
+//
 // Ownership: Context owns everything above; a Context lives for the process.
 // Thread-safety: thread-safe. Every exported call holds the context's mutex
 // for its whole duration (Begin returns the lock), except nvmlEventSetWait_v2,
@@ -97,6 +103,7 @@ class Context {
   const Profile& profile() const { return *profile_; }
   MigStateStore& store() { return *store_; }
   const std::filesystem::path& events_file() const { return events_file_; }
+  const std::filesystem::path& registrations_file() const { return registrations_file_; }
   std::optional<unsigned char> env_fabric_state() const { return env_fabric_state_; }
   std::optional<abi::nvmlReturn_t> env_fabric_status() const { return env_fabric_status_; }
 
@@ -110,9 +117,13 @@ class Context {
   abi::nvmlComputeInstance_t ComputeInstanceHandle(unsigned gpu_index, unsigned gi_id,
                                                    unsigned ci_id);
 
+  // Whether GPU `gpu_index` is lost now (re-reads the events file when it
+  // changed).
+  bool IsGpuLost(unsigned gpu_index);
+
   // INVALID_ARGUMENT for NULL, a pointer we did not hand out, a GPU beyond the
-  // profile, or a MIG device whose instance is gone; UNKNOWN if the state
-  // file cannot be read.
+  // profile, or a MIG device whose instance is gone; GPU_IS_LOST when its GPU
+  // is lost; UNKNOWN if the state file cannot be read.
   abi::nvmlReturn_t Resolve(abi::nvmlDevice_t device, ResolvedDevice* out);
   // The same for instance handles; `gi`/`ci` point into the current state.
   abi::nvmlReturn_t ResolveGpuInstance(abi::nvmlGpuInstance_t handle, ResolvedDevice* out);
@@ -136,6 +147,8 @@ class Context {
   std::optional<Profile> all_gpus_profile_;
   std::unique_ptr<MigStateStore> store_;
   std::filesystem::path events_file_;
+  std::filesystem::path registrations_file_;
+  std::optional<LostGpus> lost_gpus_;
   std::optional<unsigned char> env_fabric_state_;
   std::optional<abi::nvmlReturn_t> env_fabric_status_;
 

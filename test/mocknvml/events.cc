@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/inotify.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <string>
@@ -17,24 +17,17 @@
 namespace nvdra::mocknvml {
 namespace {
 
-using json = nlohmann::json;
-
-constexpr unsigned kNoInstance = 0xFFFFFFFFU;
 // Nap length when inotify is unavailable (a folder that does not exist yet).
 constexpr std::chrono::milliseconds kFallbackNap{10};
 
-}  // namespace
-
-std::optional<unsigned long long> ParseEventType(std::string_view name) {
-  if (name == "xid") return abi::nvmlEventTypeXidCriticalError;
-  if (name == "single_bit_ecc") return abi::nvmlEventTypeSingleBitEccError;
-  if (name == "double_bit_ecc") return abi::nvmlEventTypeDoubleBitEccError;
-  if (name == "pstate") return abi::nvmlEventTypePState;
-  if (name == "clock") return abi::nvmlEventTypeClock;
-  return std::nullopt;
+std::filesystem::path FolderOf(const std::filesystem::path& file) {
+  return file.parent_path().empty() ? std::filesystem::path(".") : file.parent_path();
 }
 
-EventSet::EventSet(std::filesystem::path events_file) : events_file_(std::move(events_file)) {}
+}  // namespace
+
+EventSet::EventSet(std::filesystem::path events_file)
+    : events_(std::move(events_file), LineFollower::Start::kEnd) {}
 
 void EventSet::Register(abi::nvmlDevice_t device, const std::string& uuid,
                         unsigned long long types) {
@@ -50,66 +43,61 @@ void EventSet::EnsureWatchLocked() {
   common::UniqueFd fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!fd) return;
   // The folder, not the file: the file may not exist yet or be replaced.
-  const std::filesystem::path dir = events_file_.parent_path().empty()
-                                        ? std::filesystem::path(".")
-                                        : events_file_.parent_path();
-  if (::inotify_add_watch(fd.get(), dir.c_str(),
-                          IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE) < 0) {
+  if (::inotify_add_watch(fd.get(), FolderOf(events_.path()).c_str(),
+                          IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE) < 0) {
     return;
   }
   inotify_ = std::move(fd);
 }
 
-void EventSet::DrainWatchLocked() const {
-  if (!inotify_) return;
+bool EventSet::DrainWatchLocked() const {
+  if (!inotify_) return true;
+  const std::string name = events_.path().filename().string();
+  bool ours = false;
   alignas(inotify_event) char buffer[4096];
-  while (::read(inotify_.get(), buffer, sizeof(buffer)) > 0) {
+  for (;;) {
+    const ssize_t n = ::read(inotify_.get(), buffer, sizeof(buffer));
+    if (n <= 0) return ours;
+    // The folder also holds the state file and the registrations: changes
+    // to those need no look at the events file.
+    for (ssize_t at = 0; at < n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(buffer + at);
+      if ((e->mask & IN_Q_OVERFLOW) != 0 || (e->len > 0 && name == e->name)) ours = true;
+      at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+    }
   }
 }
 
-bool EventSet::ScanLocked(abi::nvmlEventData_t* out) {
-  common::UniqueFd fd(::open(events_file_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return false;
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return false;
-  if (st.st_size < offset_) offset_ = 0;
-  if (st.st_size == offset_) return false;
-  std::string text(static_cast<std::size_t>(st.st_size - offset_), '\0');
-  const ssize_t n = ::pread(fd.get(), text.data(), text.size(), offset_);
-  if (n <= 0) return false;
-  text.resize(static_cast<std::size_t>(n));
-  std::size_t line_start = 0;
+abi::nvmlReturn_t EventSet::ScanLocked(abi::nvmlEventData_t* out) {
+  std::string line;
   for (;;) {
-    const std::size_t newline = text.find('\n', line_start);
-    if (newline == std::string::npos) return false;  // an unfinished line waits
-    const std::string line = text.substr(line_start, newline - line_start);
-    line_start = newline + 1;
-    offset_ += static_cast<off_t>(line.size() + 1);
+    const LineFollower::Next next = events_.NextLine(&line);
+    if (next == LineFollower::Next::kNone) return abi::NVML_ERROR_TIMEOUT;
+    if (next == LineFollower::Next::kRestarted) continue;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      const json event = json::parse(line);
-      const std::string uuid = event.at("uuid").get<std::string>();
-      unsigned long long type = 0;
-      const json& type_json = event.at("type");
-      if (type_json.is_number_unsigned()) {
-        type = type_json.get<unsigned long long>();
-      } else {
-        const auto parsed = ParseEventType(type_json.get<std::string>());
-        if (!parsed) throw std::invalid_argument("unknown type " + type_json.dump());
-        type = *parsed;
-      }
-      auto it = registered_.find(uuid);
-      if (it == registered_.end() || (it->second.types & type) == 0) continue;
-      out->device = it->second.device;
-      out->eventType = type;
-      out->eventData = event.value("data", 0ULL);
-      out->gpuInstanceId = event.value("gpuInstanceId", kNoInstance);
-      out->computeInstanceId = event.value("computeInstanceId", kNoInstance);
-      return true;
-    } catch (const std::exception& e) {
+    common::StatusOr<EventLine> event = ParseEventLine(line);
+    if (!event.ok()) {
       std::fprintf(stderr, "mock NVML: %s: skipping malformed event line %s: %s\n",
-                   events_file_.c_str(), line.c_str(), e.what());
+                   events_.path().c_str(), line.c_str(), event.status().message().c_str());
+      continue;
     }
+    auto it = registered_.find(event->uuid);
+    if (it == registered_.end()) continue;
+    switch (event->kind) {
+      case EventLine::Kind::kGpuLost:
+        return abi::NVML_ERROR_GPU_IS_LOST;
+      case EventLine::Kind::kGpuRecovered:
+        continue;
+      case EventLine::Kind::kEvent:
+        break;
+    }
+    if ((it->second.types & event->type) == 0) continue;
+    out->device = it->second.device;
+    out->eventType = event->type;
+    out->eventData = event->data;
+    out->gpuInstanceId = event->gpu_instance_id;
+    out->computeInstanceId = event->compute_instance_id;
+    return abi::NVML_SUCCESS;
   }
 }
 
@@ -117,11 +105,16 @@ abi::nvmlReturn_t EventSet::Wait(std::chrono::milliseconds timeout, abi::nvmlEve
   std::lock_guard lock(mu_);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   EnsureWatchLocked();
+  // Lines already buffered or written before this call are read first, with
+  // no look at the inotify queue: in a burst, an event costs no syscall until
+  // the buffer runs dry. Notifications queued for what was read meanwhile
+  // only wake the poll once for nothing; none can be lost, as the queue is
+  // drained only right before the file is read again.
+  bool look = true;
   for (;;) {
-    // Drain before scanning: a line written after the scan leaves the
-    // descriptor readable, so the poll below cannot miss it.
-    DrainWatchLocked();
-    if (ScanLocked(out)) return abi::NVML_SUCCESS;
+    if (look) {
+      if (const abi::nvmlReturn_t rc = ScanLocked(out); rc != abi::NVML_ERROR_TIMEOUT) return rc;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return abi::NVML_ERROR_TIMEOUT;
     // Round up so that we never return TIMEOUT before the deadline.
@@ -133,7 +126,56 @@ abi::nvmlReturn_t EventSet::Wait(std::chrono::milliseconds timeout, abi::nvmlEve
     } else {
       std::this_thread::sleep_for(std::min(remaining, kFallbackNap));
     }
+    look = DrainWatchLocked();
   }
+}
+
+LostGpus::LostGpus(std::filesystem::path events_file)
+    : events_(std::move(events_file), LineFollower::Start::kBeginning) {}
+
+bool LostGpus::IsLost(std::string_view uuid) {
+  std::string line;
+  for (;;) {
+    const LineFollower::Next next = events_.NextLine(&line);
+    if (next == LineFollower::Next::kNone) break;
+    if (next == LineFollower::Next::kRestarted) {
+      lost_.clear();
+      continue;
+    }
+    // Most lines are events: parse only the lines that can change the set.
+    // Malformed lines are the event sets' to report.
+    if (line.find("gpu_lost") == std::string::npos &&
+        line.find("gpu_recovered") == std::string::npos) {
+      continue;
+    }
+    common::StatusOr<EventLine> event = ParseEventLine(line);
+    if (!event.ok()) continue;
+    if (event->kind == EventLine::Kind::kGpuLost) lost_.insert(event->uuid);
+    if (event->kind == EventLine::Kind::kGpuRecovered) lost_.erase(event->uuid);
+  }
+  return lost_.contains(uuid);
+}
+
+std::filesystem::path RegistrationsFile(const std::filesystem::path& events_file) {
+  return FolderOf(events_file) / "event-registrations.jsonl";
+}
+
+common::Status AppendRegistration(const std::filesystem::path& file, long pid,
+                                  std::string_view uuid, unsigned long long types) {
+  const std::string line =
+      nlohmann::json{{"pid", pid}, {"uuid", uuid}, {"types", types}}.dump() + "\n";
+  common::UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666));
+  if (!fd) return common::ErrnoToStatus(errno, "open " + file.string());
+  // One write: O_APPEND makes it land whole at the end, whoever else appends.
+  ssize_t n;
+  do {
+    n = ::write(fd.get(), line.data(), line.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return common::ErrnoToStatus(errno, "write " + file.string());
+  if (static_cast<std::size_t>(n) != line.size()) {
+    return common::UnknownError("short write to " + file.string());
+  }
+  return common::OkStatus();
 }
 
 }  // namespace nvdra::mocknvml

@@ -7,6 +7,8 @@
 // deleted while the plugin was down.
 
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +36,7 @@
 #include "common/crash_point.h"
 #include "gpu_plugin_harness.h"
 #include "k8s/client.h"
+#include "pkg/apis/dra-health/v1/api.grpc.pb.h"
 #include "pkg/apis/dra/v1/api.grpc.pb.h"
 
 namespace nvdra::testing {
@@ -1085,6 +1088,218 @@ TEST_F(GpuPluginTest, SurvivesACrashRightAfterTheVfioBind) {
   ASSERT_TRUE(Unprepare(claim, &error).ok());
   EXPECT_EQ(error, "");
   EXPECT_EQ(PciDriverOf("0000:5d:00.0"), "nvidia");
+}
+
+// --- Device health (NVMLDeviceHealthCheck) -----------------------------------------
+
+// Waits until `done(list)` holds for the objects of `resource` in `ns` with
+// `field_selector`, woken by a watch from each list (not a poll); false after
+// `timeout`.
+bool WaitListed(k8s::Client& client, const k8s::ResourceRef& resource, const std::string& ns,
+                const std::string& field_selector, const std::function<bool(const json& list)>& done,
+                std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto list = client.List(resource, ns, k8s::ListOptions{.field_selector = field_selector});
+    if (!list.ok()) return false;
+    if (done(*list)) return true;
+    k8s::WatchOptions options;
+    options.field_selector = field_selector;
+    options.resource_version = (*list)["metadata"]["resourceVersion"].get<std::string>();
+    options.timeout_seconds = 5;
+    auto stream = client.Watch(resource, ns, options);
+    if (!stream.ok()) continue;
+    (void)(*stream)->Next();  // any change: list again
+  }
+  return false;
+}
+
+// Blocks until `path` holds a line containing `needle`, woken by inotify on
+// its folder; false after `timeout`.
+bool AwaitLineInFile(const fs::path& path, const std::string& needle, std::chrono::seconds timeout) {
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return false;
+  inotify_add_watch(fd, path.parent_path().c_str(), IN_CREATE | IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool found = false;
+  while (!(found = ReadFile(path).find(needle) != std::string::npos) && std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{.fd = fd, .events = POLLIN, .revents = 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(1, left.count()))) > 0) {
+      char buffer[4096];
+      while (::read(fd, buffer, sizeof(buffer)) > 0) {
+      }
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+class GpuHealthTest : public GpuPluginTest {
+ protected:
+  void StartWithHealthCheck() {
+    UseFeatureGates("NVMLDeviceHealthCheck=true");
+    StartPlugin();
+  }
+  // The events file and the registration record of the node's mock NVML.
+  fs::path EventsFile() const { return driver_root_ / "mock-nvml/events.jsonl"; }
+  bool AwaitMonitored(const std::string& uuid) {
+    return AwaitLineInFile(driver_root_ / "mock-nvml/event-registrations.jsonl", uuid, std::chrono::seconds(30));
+  }
+  void Inject(const json& line) { std::ofstream(EventsFile(), std::ios::app) << line.dump() << "\n"; }
+
+  // The published device whose uuid attribute is `uuid`.
+  std::string DeviceOf(const std::string& uuid) {
+    std::string name;
+    WaitListed(*shared_->client, k8s::resources::kResourceSlices, "", SliceSelector(), [&](const json& list) {
+      for (const json& slice : list["items"]) {
+        for (const json& device : slice["spec"].value("devices", json::array())) {
+          if (device["attributes"]["uuid"]["string"] == uuid) name = device["name"];
+        }
+      }
+      return !name.empty();
+    });
+    return name;
+  }
+  static std::string SliceSelector() { return std::string("spec.nodeName=") + kNodeName + ",spec.driver=" + kDriver; }
+  // The taints of `device` in the node's slices ([] when none).
+  static json TaintsIn(const json& list, const std::string& device) {
+    for (const json& slice : list["items"]) {
+      for (const json& entry : slice["spec"].value("devices", json::array())) {
+        if (entry["name"] == device) return entry.value("taints", json::array());
+      }
+    }
+    return json::array();
+  }
+  bool WaitTaints(const std::string& device, const std::function<bool(const json& taints)>& done) {
+    return WaitListed(*shared_->client, k8s::resources::kResourceSlices, "", SliceSelector(),
+                      [&](const json& list) { return done(TaintsIn(list, device)); });
+  }
+  static bool HasXid(const json& taints, const std::string& xid, const std::string& effect) {
+    for (const json& taint : taints) {
+      if (taint["key"] == "gpu.nvidia.com/xid" && taint.value("value", "") == xid && taint["effect"] == effect &&
+          taint.contains("timeAdded")) {
+        return true;
+      }
+    }
+    return false;
+  }
+  // Waits for an Event about the Node with `reason` whose note mentions `text`.
+  bool WaitNodeEvent(const std::string& reason, const std::string& text) {
+    return WaitListed(*shared_->client, k8s::resources::kEvents, "default",
+                      std::string("regarding.name=") + kNodeName + ",reason=" + reason, [&](const json& list) {
+                        for (const json& event : list["items"]) {
+                          if (event.value("note", "").find(text) != std::string::npos &&
+                              event["regarding"]["kind"] == "Node") {
+                            return true;
+                          }
+                        }
+                        return false;
+                      });
+  }
+  // The first report of the plugin's DRAResourceHealth v1 stream.
+  std::map<std::string, std::pair<int, std::string>> HealthReport() {
+    auto stub = ::v1::DRAResourceHealth::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ::v1::NodeWatchResourcesRequest request;
+    auto reader = stub->NodeWatchResources(&context, request);
+    ::v1::NodeWatchResourcesResponse response;
+    std::map<std::string, std::pair<int, std::string>> out;
+    if (!reader->Read(&response)) return out;
+    for (const auto& device : response.devices()) {
+      out[device.device().device_name()] = {static_cast<int>(device.health()), device.message()};
+    }
+    context.TryCancel();
+    return out;
+  }
+  void ClearNodeAnnotation() {
+    json patch = {{"metadata", {{"annotations", {{"gpu.nvidia.com/device-health-reset", nullptr}}}}}};
+    (void)shared_->client->Patch(k8s::resources::kNodes, "", kNodeName, k8s::PatchType::kMerge, patch);
+  }
+};
+
+// XID 79 on one GPU: its device is tainted NoSchedule in the slice (the API
+// server stamps timeAdded), the kubelet's health report says Unhealthy, the
+// Node has a DeviceUnhealthy Event. An application XID taints with effect
+// None and leaves the device healthy. A restart keeps the taint; the reset
+// annotation clears it (and goes away); a reboot starts clean.
+TEST_F(GpuHealthTest, AnXidTaintsTheDeviceUntilResetAndARestartKeepsIt) {
+  StartWithHealthCheck();
+  const std::string bad = GpuUuid(3);
+  const std::string noisy = GpuUuid(5);
+  const std::string bad_device = DeviceOf(bad);
+  const std::string noisy_device = DeviceOf(noisy);
+  ASSERT_FALSE(bad_device.empty());
+  ASSERT_TRUE(AwaitMonitored(bad)) << "the plugin registered no NVML events for " << bad;
+  Inject({{"uuid", bad}, {"type", "xid"}, {"data", 79}});
+  Inject({{"uuid", noisy}, {"type", "xid"}, {"data", 13}});
+  ASSERT_TRUE(WaitTaints(bad_device, [](const json& taints) { return HasXid(taints, "79", "NoSchedule"); }));
+  ASSERT_TRUE(WaitTaints(noisy_device, [](const json& taints) { return HasXid(taints, "13", "None"); }));
+  EXPECT_TRUE(WaitNodeEvent("DeviceUnhealthy", "XID 79 on GPU " + bad));
+
+  auto report = HealthReport();
+  EXPECT_EQ(report[bad_device].first, ::v1::UNHEALTHY);
+  EXPECT_THAT(report[bad_device].second, ::testing::HasSubstr("XID 79"));
+  EXPECT_EQ(report[noisy_device].first, ::v1::HEALTHY) << "an application XID leaves the GPU healthy";
+  EXPECT_EQ(report["gpu-0"].first, ::v1::HEALTHY);
+
+  // A restart: the taint is in the first slices and the first report.
+  plugin_->Stop();
+  StartPlugin();
+  ASSERT_TRUE(WaitTaints(bad_device, [](const json& taints) { return HasXid(taints, "79", "NoSchedule"); }));
+  EXPECT_EQ(HealthReport()[bad_device].first, ::v1::UNHEALTHY);
+
+  // A bad reset value is refused with an Event; the taint stays.
+  ClearNodeAnnotation();
+  json patch = {{"metadata", {{"annotations", {{"gpu.nvidia.com/device-health-reset", "gpu-99"}}}}}};
+  ASSERT_TRUE(shared_->client->Patch(k8s::resources::kNodes, "", kNodeName, k8s::PatchType::kMerge, patch).ok());
+  EXPECT_TRUE(WaitNodeEvent("DeviceHealthResetRefused", "gpu-99"));
+  // The operator's reset of that device: taint gone, annotation removed.
+  patch["metadata"]["annotations"]["gpu.nvidia.com/device-health-reset"] = bad_device;
+  ASSERT_TRUE(shared_->client->Patch(k8s::resources::kNodes, "", kNodeName, k8s::PatchType::kMerge, patch).ok());
+  ASSERT_TRUE(WaitTaints(bad_device, [](const json& taints) { return taints.empty(); }));
+  EXPECT_TRUE(HasXid(TaintsIn(*shared_->client->List(k8s::resources::kResourceSlices, "",
+                                                      k8s::ListOptions{.field_selector = SliceSelector()}),
+                              noisy_device),
+                     "13", "None"))
+      << "only the named device was reset";
+  EXPECT_TRUE(WaitListed(*shared_->client, k8s::resources::kNodes, "", std::string("metadata.name=") + kNodeName,
+                         [](const json& list) {
+                           const json& metadata = list["items"][0]["metadata"];
+                           return !metadata.contains("annotations") ||
+                                  !metadata["annotations"].contains("gpu.nvidia.com/device-health-reset");
+                         }));
+  EXPECT_TRUE(WaitNodeEvent("DeviceHealthy", bad_device));
+  EXPECT_EQ(HealthReport()[bad_device].first, ::v1::HEALTHY);
+
+  // A reboot resets the GPUs: the remaining taint is not carried over.
+  plugin_->Stop();
+  WriteFile(dir_ / "boot_id", "99999999-2222-3333-4444-555555555555\n");
+  StartPlugin();
+  EXPECT_TRUE(WaitTaints(noisy_device, [](const json& taints) { return taints.empty(); }));
+}
+
+// A lost GPU: tainted gpu-lost until it answers NVML again, then clean by
+// itself.
+TEST_F(GpuHealthTest, ALostGpuIsTaintedUntilItAnswersAgain) {
+  StartWithHealthCheck();
+  const std::string uuid = GpuUuid(6);
+  const std::string device = DeviceOf(uuid);
+  ASSERT_TRUE(AwaitMonitored(uuid));
+  Inject({{"uuid", uuid}, {"type", "gpu_lost"}});
+  const auto lost = [](const json& taints) {
+    for (const json& taint : taints) {
+      if (taint["key"] == "gpu.nvidia.com/gpu-lost" && taint["effect"] == "NoSchedule") return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitTaints(device, lost));
+  EXPECT_TRUE(WaitTaints("gpu-0", [](const json& taints) { return taints.empty(); }))
+      << "only the GPU that stopped answering";
+  Inject({{"uuid", uuid}, {"type", "gpu_recovered"}});
+  EXPECT_TRUE(WaitTaints(device, [](const json& taints) { return taints.empty(); }));
+  EXPECT_TRUE(WaitNodeEvent("DeviceHealthy", "answers NVML again"));
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ std::filesystem::path RegistrationsFile(const std::filesystem::path& events_file
 common::Status AppendRegistration(const std::filesystem::path& file, long pid,
                                   std::string_view uuid, unsigned long long types) {
   const std::string line =
-      nlohmann::json{{"pid", pid}, {"uuid", uuid}, {"types", types}}.dump() + "\n";
+      nlohmann::ordered_json{{"pid", pid}, {"uuid", uuid}, {"types", types}}.dump() + "\n";
   common::UniqueFd fd(::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666));
   if (!fd) return common::ErrnoToStatus(errno, "open " + file.string());
   // One write: O_APPEND makes it land whole at the end, whoever else appends.

@@ -33,6 +33,11 @@ const (
 	FaultDelete         = "delete"
 )
 
+// FaultKinds lists every kind Fault takes, node faults first.
+var FaultKinds = []string{FaultRestartKubelet, FaultKillContainer, FaultReboot, FaultPartition,
+	FaultHeal, FaultDelete, FaultXid, FaultGPULost, FaultGPURecovered, FaultFabricUnhealthy,
+	FaultFabricHealthy}
+
 // ErrNoNode: no (live) node of that name.
 var ErrNoNode = errors.New("no such node")
 
@@ -165,8 +170,12 @@ func (c *Cluster) DeleteNode(ctx context.Context, name string) error {
 }
 
 // Fault applies the fault kind to node; args are kind-specific
-// (kill-container: namespace/pod/container). The CLI's entry point.
+// (kill-container: namespace/pod/container; the GPU kinds of nvml.go: GPU,
+// and XID for xid). The CLI's entry point.
 func (c *Cluster) Fault(ctx context.Context, kind, node string, args []string) (string, error) {
+	if isGPUFault(kind) {
+		return c.gpuFault(kind, node, args)
+	}
 	switch kind {
 	case FaultRestartKubelet:
 		return "restarted", c.RestartKubelet(node)
@@ -186,8 +195,7 @@ func (c *Cluster) Fault(ctx context.Context, kind, node string, args []string) (
 	case FaultDelete:
 		return "deleted", c.DeleteNode(ctx, node)
 	}
-	return "", fmt.Errorf("unknown fault %q (want %s, %s, %s, %s, %s or %s)", kind,
-		FaultRestartKubelet, FaultKillContainer, FaultReboot, FaultPartition, FaultHeal, FaultDelete)
+	return "", fmt.Errorf("unknown fault %q (want %s)", kind, strings.Join(FaultKinds, ", "))
 }
 
 func pidPath(dir, node string) string { return filepath.Join(dir, node+".pid") }

@@ -88,7 +88,7 @@ func clusterCommand(verb string, args []string) error {
 		dir := fs.String("dir", "", "folder given to up")
 		pos := parseInterspersed(fs, args)
 		if *dir == "" || len(pos) < 2 {
-			return errors.New("usage: simnode fault --dir D <kind> <node> [namespace/pod/container]")
+			return errors.New("usage: simnode fault --dir D <kind> <node> [namespace/pod/container | GPU [XID]]")
 		}
 		answer, err := ask(*dir, "fault "+strings.Join(pos, " "))
 		if err != nil {

@@ -7,6 +7,8 @@
 //	              [--imex-node-files] [-v N]
 //	simnode run   ...same flags, in the foreground
 //	simnode fault --dir D <restart-kubelet|kill-container|reboot|partition|heal|delete> NODE [NS/POD/CONTAINER]
+//	simnode fault --dir D xid NODE GPU XID
+//	simnode fault --dir D <gpu-lost|gpu-recovered|fabric-unhealthy|fabric-healthy> NODE GPU
 //	simnode down  --dir D [--clean]
 //	simnode node --config D/NODE/node.json    (one node; started by up/run)
 package main
@@ -53,7 +55,10 @@ func usage() {
          the background; returns when all are Ready
   run    the same in the foreground; SIGINT/SIGTERM stops every node
   fault  apply a fault to a node of a running up/run: restart-kubelet,
-         kill-container (NS/POD/CONTAINER), reboot, partition, heal, delete
+         kill-container (NS/POD/CONTAINER), reboot, partition, heal, delete;
+         or to a GPU of a GPU node (GPU: an index into the node's profile
+         GPUs or a UUID), through its mock NVML: xid (GPU XID), gpu-lost,
+         gpu-recovered, fabric-unhealthy, fabric-healthy (GPU)
   down   stop what up started (and remove the folder with --clean)
   node   run one node from its node.json (started by up and run)
 

@@ -103,6 +103,7 @@ bool LineFollower::FollowPath() {
     Reset();
     return had;
   }
+  seen_size_ = st.st_size;
   if (fd_ && st.st_dev == dev_ && st.st_ino == ino_) {
     if (st.st_size >= offset_) return false;
     // Truncated: the same inode is read again from 0. (Truncated and then
@@ -127,7 +128,9 @@ bool LineFollower::FollowPath() {
 }
 
 bool LineFollower::Refill() {
-  if (!fd_) return false;
+  // Callers look often (every NVML call asks whether its GPU is lost): when
+  // the file did not grow, the stat was the only syscall.
+  if (!fd_ || seen_size_ <= offset_) return false;
   const std::size_t old_size = buffer_.size();
   buffer_.resize(old_size + kChunk);
   ssize_t n;

@@ -78,7 +78,8 @@ class LineFollower {
   // shrank. True when reading starts again at the beginning of a file we
   // had read from before.
   bool FollowPath();
-  // Reads one chunk at offset_ into buffer_; true if bytes came.
+  // Reads one chunk at offset_ into buffer_; true if bytes came. No read
+  // when FollowPath saw no more bytes than offset_.
   bool Refill();
   void Reset();
 
@@ -87,6 +88,7 @@ class LineFollower {
   dev_t dev_ = 0;
   ino_t ino_ = 0;
   off_t offset_ = 0;     // file offset of buffer_'s end
+  off_t seen_size_ = 0;  // the file's size at FollowPath's last look
   std::string buffer_;   // bytes read, not yet returned from pos_ on
   std::size_t pos_ = 0;
 };

@@ -70,6 +70,7 @@ std::string DeviceTaint::Describe() const {
   if (key == kTaintKeyXid) return fmt::format("XID {}", value);
   if (key == kTaintKeyGpuLost) return "GPU lost";
   if (key == kTaintKeyUnmonitored) return "not monitored";
+  if (key == kTaintKeyNvlinkFabric) return fmt::format("NVLink fabric {}", value);
   return value.empty() ? key : fmt::format("{}={}", key, value);
 }
 
@@ -159,7 +160,7 @@ StatusOr<std::unique_ptr<DeviceHealthBook>> DeviceHealthBook::Open(std::filesyst
   return book;
 }
 
-StatusOr<bool> DeviceHealthBook::Set(const std::vector<std::string>& devices, const DeviceTaint& taint) {
+bool DeviceHealthBook::Set(const std::vector<std::string>& devices, const DeviceTaint& taint) {
   common::MutexLock lock(mu_);
   bool changed = false;
   for (const std::string& device : devices) {
@@ -171,35 +172,50 @@ StatusOr<bool> DeviceHealthBook::Set(const std::vector<std::string>& devices, co
     slot = taint;
     changed = true;
   }
-  if (!changed) return false;
-  RETURN_IF_ERROR(WriteLocked());
-  return true;
+  dirty_ = dirty_ || changed;
+  return changed;
 }
 
-StatusOr<bool> DeviceHealthBook::Clear(const std::vector<std::string>& devices, std::string_view key) {
+bool DeviceHealthBook::ClearLocked(const std::string& device, std::string_view key) {
+  auto it = taints_.find(device);
+  if (it == taints_.end()) return false;
+  bool changed = false;
+  if (key.empty()) {
+    changed = !it->second.empty();
+    it->second.clear();
+  } else {
+    changed = it->second.erase(std::string(key)) > 0;
+  }
+  if (it->second.empty()) taints_.erase(it);
+  return changed;
+}
+
+bool DeviceHealthBook::Clear(const std::vector<std::string>& devices, std::string_view key) {
   common::MutexLock lock(mu_);
   bool changed = false;
-  const auto clear_one = [&](const std::string& device) {
-    auto it = taints_.find(device);
-    if (it == taints_.end()) return;
-    if (key.empty()) {
-      changed = changed || !it->second.empty();
-      it->second.clear();
-    } else {
-      changed = it->second.erase(std::string(key)) > 0 || changed;
-    }
-    if (it->second.empty()) taints_.erase(it);
-  };
   if (devices.empty()) {
     std::vector<std::string> all;
     for (const auto& [device, unused] : taints_) all.push_back(device);
-    for (const std::string& device : all) clear_one(device);
+    for (const std::string& device : all) changed = ClearLocked(device, key) || changed;
   } else {
-    for (const std::string& device : devices) clear_one(device);
+    for (const std::string& device : devices) changed = ClearLocked(device, key) || changed;
   }
-  if (!changed) return false;
+  dirty_ = dirty_ || changed;
+  return changed;
+}
+
+Status DeviceHealthBook::Commit() {
+  common::MutexLock lock(mu_);
+  if (!dirty_) return common::OkStatus();
   RETURN_IF_ERROR(WriteLocked());
-  return true;
+  dirty_ = false;
+  ++writes_;
+  return common::OkStatus();
+}
+
+std::uint64_t DeviceHealthBook::writes() const {
+  common::MutexLock lock(mu_);
+  return writes_;
 }
 
 std::map<std::string, std::vector<DeviceTaint>> DeviceHealthBook::Taints() const {
@@ -242,6 +258,15 @@ StatusOr<std::unique_ptr<NvmlHealthMonitor>> NvmlHealthMonitor::Start(const nvml
   // Registered before the thread starts, so an event that comes after Start
   // returns is never missed.
   std::vector<HealthNote> notes = monitor->RegisterAll();
+  for (const WatchedDevice& device : monitor->options_.devices) {
+    auto& gpus = monitor->fabric_gpus_;
+    if (std::find(gpus.begin(), gpus.end(), device.gpu_uuid) != gpus.end()) continue;
+    StatusOr<nvml::Device> gpu = library.DeviceByUuid(device.gpu_uuid);
+    StatusOr<nvml::FabricInfo> fabric = gpu.ok() ? gpu->GpuFabricInfo(nvml::Device::FabricCall::kPreferVersioned) : StatusOr<nvml::FabricInfo>(gpu.status());
+    if (fabric.ok() && fabric->state != nvml::abi::NVML_GPU_FABRIC_STATE_NOT_SUPPORTED) gpus.push_back(device.gpu_uuid);
+  }
+  monitor->CheckFabric(notes);
+  monitor->Commit();
   if (!notes.empty() && monitor->options_.on_change) monitor->options_.on_change(notes);
   monitor->thread_ = std::jthread([m = monitor.get()](std::stop_token stop) { m->Run(stop); });
   return monitor;
@@ -266,13 +291,7 @@ std::vector<std::string> NvmlHealthMonitor::DevicesOfGpu(const std::string& uuid
 
 void NvmlHealthMonitor::Record(const std::vector<std::string>& devices, const DeviceTaint& taint, std::string text,
                                std::vector<HealthNote>& notes) {
-  StatusOr<bool> changed = book_.Set(devices, taint);
-  if (!changed.ok()) {
-    // The taint is in memory and published; only a restart before the next
-    // successful write would forget it.
-    LOG_ERROR("device health: writing the health record failed", {{"error", changed.status().ToString()}});
-  }
-  if (changed.ok() && !*changed) return;
+  if (!book_.Set(devices, taint)) return;
   notes.push_back({.recovered = false, .devices = devices, .text = std::move(text)});
 }
 
@@ -291,8 +310,7 @@ std::vector<HealthNote> NvmlHealthMonitor::RegisterAll() {
       return set_.Register(gpu, kWatchedEvents & supported);
     }();
     if (status.ok()) {
-      StatusOr<bool> cleared = book_.Clear(devices, kTaintKeyUnmonitored);
-      if (cleared.ok() && *cleared) {
+      if (book_.Clear(devices, kTaintKeyUnmonitored)) {
         notes.push_back({.recovered = true, .devices = devices, .text = fmt::format("GPU {} is monitored again", uuid)});
       }
       continue;
@@ -383,13 +401,55 @@ void NvmlHealthMonitor::CheckLostGpus(std::vector<HealthNote>& notes) {
       continue;
     }
     const std::vector<std::string> devices = DevicesOfGpu(*it);
-    StatusOr<bool> cleared = book_.Clear(devices, kTaintKeyGpuLost);
-    if (!cleared.ok()) {
-      LOG_ERROR("device health: writing the health record failed", {{"error", cleared.status().ToString()}});
-    }
+    book_.Clear(devices, kTaintKeyGpuLost);
     LOG_INFO(0, "device health: GPU answers again", {{"gpu", *it}});
     notes.push_back({.recovered = true, .devices = devices, .text = fmt::format("GPU {} answers NVML again", *it)});
     it = lost_gpus_.erase(it);
+  }
+}
+
+void NvmlHealthMonitor::Commit() {
+  // On failure the taints stay in memory and published; only a restart
+  // before the next successful write would forget them.
+  if (Status written = book_.Commit(); !written.ok()) {
+    LOG_ERROR("device health: writing the health record failed", {{"error", written.ToString()}});
+  }
+}
+
+void NvmlHealthMonitor::CheckFabric(std::vector<HealthNote>& notes) {
+  if (fabric_gpus_.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (fabric_checked_ != std::chrono::steady_clock::time_point{} && now - fabric_checked_ < options_.wait_turn) return;
+  fabric_checked_ = now;
+  for (const std::string& uuid : fabric_gpus_) {
+    if (lost_gpus_.contains(uuid)) continue;
+    StatusOr<nvml::Device> gpu = library_.DeviceByUuid(uuid);
+    StatusOr<nvml::FabricInfo> fabric = gpu.ok() ? gpu->GpuFabricInfo(nvml::Device::FabricCall::kPreferVersioned) : StatusOr<nvml::FabricInfo>(gpu.status());
+    if (!fabric.ok()) {
+      LOG_INFO(4, "device health: reading the fabric info failed", {{"gpu", uuid}, {"error", fabric.status().ToString()}});
+      continue;
+    }
+    const bool failed = fabric->state == nvml::abi::NVML_GPU_FABRIC_STATE_COMPLETED &&
+                        fabric->status != nvml::abi::NVML_SUCCESS;
+    const unsigned char summary = fabric->health_summary.value_or(0);
+    const std::vector<std::string> devices = DevicesOfGpu(uuid);
+    const std::string mask = fabric->health_mask ? fmt::format("0x{:x}", *fabric->health_mask) : "none";
+    if (failed || summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY ||
+        summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY) {
+      const bool unhealthy = failed || summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY;
+      DeviceTaint taint{.key = std::string(kTaintKeyNvlinkFabric),
+                        .value = unhealthy ? "unhealthy" : "limited-capacity",
+                        .effect = unhealthy ? TaintEffect::kNoSchedule : TaintEffect::kNone,
+                        .since = std::chrono::system_clock::now()};
+      const std::string text = fmt::format("NVLink fabric of GPU {} is {} (health mask {}{})", uuid, taint.value, mask,
+                                           failed ? ", registration failed" : "");
+      Record(devices, taint, text, notes);
+      continue;
+    }
+    if (book_.Clear(devices, kTaintKeyNvlinkFabric)) {
+      LOG_INFO(0, "device health: NVLink fabric healthy again", {{"gpu", uuid}});
+      notes.push_back({.recovered = true, .devices = devices, .text = fmt::format("NVLink fabric of GPU {} is healthy again", uuid)});
+    }
   }
 }
 
@@ -435,6 +495,9 @@ void NvmlHealthMonitor::Run(std::stop_token stop) {
       event = set_.Wait(0);
     }
     if (!lost_gpus_.empty()) CheckLostGpus(notes);
+    CheckFabric(notes);
+    // One record write per batch, before anyone is told.
+    Commit();
     if (!notes.empty() && options_.on_change) options_.on_change(notes);
     if (pause) {
       std::mutex mu;

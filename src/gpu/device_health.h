@@ -16,6 +16,9 @@
 //                             logs for it, so one key covers both
 //   GPU lost                  gpu.nvidia.com/gpu-lost      NoSchedule
 //   events not watchable      gpu.nvidia.com/unmonitored   None
+//   NVLink fabric (GB200)     gpu.nvidia.com/nvlink-fabric=unhealthy  NoSchedule, when
+//                             the fabric's health summary is UNHEALTHY or its
+//                             registration failed; =limited-capacity  None
 // A device keeps one taint per key, the latest event winning. An event on a
 // whole GPU (no GPU/compute instance in it) taints the GPU and every MIG
 // device on it; one naming a GPU and compute instance taints that MIG device.
@@ -26,7 +29,10 @@
 //   - an XID taint stays until an operator clears it (DeviceHealthBook::Clear,
 //     reached through a Node annotation, docs/device-health.md) or the node
 //     reboots: the record is of one boot, and a reboot resets the GPUs.
-//   - unmonitored is worked out again at every start.
+//   - unmonitored is worked out again at every start;
+//   - nvlink-fabric follows the fabric info: NVML has no event for it, so the
+//     fabric info of fabric-attached GPUs is read once per wait turn (one
+//     cheap call per GPU; nothing on GPUs without a fabric).
 //
 // Ownership: DeviceHealthBook owns its record file; NvmlHealthMonitor owns its
 // event set and thread and borrows the Library and the book, which must
@@ -60,6 +66,9 @@ namespace nvdra::gpu {
 inline constexpr std::string_view kTaintKeyXid = "gpu.nvidia.com/xid";
 inline constexpr std::string_view kTaintKeyGpuLost = "gpu.nvidia.com/gpu-lost";
 inline constexpr std::string_view kTaintKeyUnmonitored = "gpu.nvidia.com/unmonitored";
+// Ours (upstream does not watch the fabric): value "unhealthy" (NoSchedule)
+// or "limited-capacity" (None).
+inline constexpr std::string_view kTaintKeyNvlinkFabric = "gpu.nvidia.com/nvlink-fabric";
 
 // The XID NVIDIA's driver reports for a double-bit ECC error.
 inline constexpr std::uint64_t kDoubleBitEccXid = 48;
@@ -123,27 +132,35 @@ class DeviceHealthBook {
                                                                  std::set<std::string> devices);
 
   // Sets `taint` on each of `devices` (replacing its taint of the same key).
-  // True when anything changed; the record is then written (an error of the
-  // write is returned, the change stays in memory).
-  common::StatusOr<bool> Set(const std::vector<std::string>& devices, const DeviceTaint& taint) EXCLUDES(mu_);
+  // True when anything changed. In memory only: Commit writes the record.
+  bool Set(const std::vector<std::string>& devices, const DeviceTaint& taint) EXCLUDES(mu_);
   // Removes the taints with `key` (empty: every key) from `devices` (empty:
-  // every device). True when anything changed; written as Set.
-  common::StatusOr<bool> Clear(const std::vector<std::string>& devices, std::string_view key) EXCLUDES(mu_);
+  // every device). True when anything changed; in memory as Set.
+  bool Clear(const std::vector<std::string>& devices, std::string_view key) EXCLUDES(mu_);
+  // Writes the record if anything changed since the last write (one write
+  // for a batch of changes). On error the changes stay in memory and the
+  // next Commit tries again.
+  common::Status Commit() EXCLUDES(mu_);
 
   // Devices with at least one taint, each taint list ordered by key.
   [[nodiscard]] std::map<std::string, std::vector<DeviceTaint>> Taints() const EXCLUDES(mu_);
   [[nodiscard]] const std::set<std::string>& devices() const { return devices_; }
+  // Record writes so far (for tests of batching).
+  [[nodiscard]] std::uint64_t writes() const EXCLUDES(mu_);
 
  private:
   DeviceHealthBook(std::filesystem::path record_file, std::string boot_id, std::set<std::string> devices)
       : record_file_(std::move(record_file)), boot_id_(std::move(boot_id)), devices_(std::move(devices)) {}
   common::Status WriteLocked() const REQUIRES(mu_);
+  bool ClearLocked(const std::string& device, std::string_view key) REQUIRES(mu_);
 
   const std::filesystem::path record_file_;
   const std::string boot_id_;
   const std::set<std::string> devices_;
   mutable common::Mutex mu_;
   std::map<std::string, std::map<std::string, DeviceTaint>> taints_ GUARDED_BY(mu_);
+  bool dirty_ GUARDED_BY(mu_) = false;
+  std::uint64_t writes_ GUARDED_BY(mu_) = 0;
 };
 
 // What changed, for people: one per condition seen or gone.
@@ -195,6 +212,8 @@ class NvmlHealthMonitor {
   void Apply(const nvml::Event& event, std::vector<HealthNote>& notes);
   void ApplyGpuLost(std::vector<HealthNote>& notes);
   void CheckLostGpus(std::vector<HealthNote>& notes);
+  void CheckFabric(std::vector<HealthNote>& notes);
+  void Commit();
   std::vector<std::string> DevicesOfGpu(const std::string& uuid) const;
   void Record(const std::vector<std::string>& devices, const DeviceTaint& taint, std::string text,
               std::vector<HealthNote>& notes);
@@ -204,6 +223,8 @@ class NvmlHealthMonitor {
   DeviceHealthBook& book_;
   const HealthMonitorOptions options_;
   std::set<std::string> lost_gpus_;  // monitor thread only
+  std::vector<std::string> fabric_gpus_;  // fabric-attached GPUs; set at Start
+  std::chrono::steady_clock::time_point fabric_checked_{};  // monitor thread only
   std::atomic<std::uint64_t> events_seen_{0};
   std::jthread thread_;  // last: joined first
 };

@@ -165,9 +165,9 @@ void DeviceHealthReporter::OnNode(const k8s::cache::ObjectPtr& node) {
                   devices.status().message());
   } else {
     const std::map<std::string, std::vector<DeviceTaint>> before = book_.Taints();
-    StatusOr<bool> cleared = book_.Clear(*devices, "");
-    if (!cleared.ok()) {
-      LOG_ERROR("device health reset: writing the health record failed", {{"error", cleared.status().ToString()}});
+    book_.Clear(*devices, "");
+    if (common::Status written = book_.Commit(); !written.ok()) {
+      LOG_ERROR("device health reset: writing the health record failed", {{"error", written.ToString()}});
     }
     std::vector<std::string> names;
     for (const auto& [device, unused] : before) {

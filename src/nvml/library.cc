@@ -443,14 +443,43 @@ StatusOr<Device> Device::ParentOfMigDevice() const {
   return Device(library_, parent);
 }
 
-StatusOr<FabricInfo> Device::GpuFabricInfo() const {
+StatusOr<FabricInfo> Device::GpuFabricInfo(FabricCall call) const {
   const auto& fn = library_->fn();
   FabricInfo info;
-  if (fn.nvmlDeviceGetGpuFabricInfo != nullptr) {
+  // FUNCTION_NOT_FOUND from an exported symbol means the same as no symbol
+  // (a stub or a shim library): the other call is tried.
+  const bool has_v1 = fn.nvmlDeviceGetGpuFabricInfo != nullptr;
+  const bool has_versioned = fn.nvmlDeviceGetGpuFabricInfoV != nullptr;
+  const auto versioned = [&]() -> StatusOr<FabricInfo> {
+    abi::nvmlGpuFabricInfoV_t raw{};
+    raw.version = abi::nvmlGpuFabricInfo_v3;
+    nvmlReturn_t rc = fn.nvmlDeviceGetGpuFabricInfoV(handle_, &raw);
+    bool v3 = true;
+    if (rc == abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH) {
+      // A library from before v3 (health summary): ask for v2.
+      raw = {};
+      raw.version = abi::nvmlGpuFabricInfo_v2;
+      rc = fn.nvmlDeviceGetGpuFabricInfoV(handle_, &raw);
+      v3 = false;
+    }
+    if (rc == abi::NVML_ERROR_FUNCTION_NOT_FOUND) return MissingFunctionError("nvmlDeviceGetGpuFabricInfoV");
+    RETURN_IF_ERROR(library_->Check(rc, "nvmlDeviceGetGpuFabricInfoV"));
+    std::memcpy(info.cluster_uuid.data(), raw.clusterUuid, info.cluster_uuid.size());
+    info.status = raw.status;
+    info.clique_id = raw.cliqueId;
+    info.state = raw.state;
+    info.health_mask = raw.healthMask;
+    if (v3) info.health_summary = raw.healthSummary;
+    info.source = v3 ? "nvmlDeviceGetGpuFabricInfoV(v3)" : "nvmlDeviceGetGpuFabricInfoV(v2)";
+    return info;
+  };
+  if (call == FabricCall::kPreferVersioned && has_versioned) {
+    StatusOr<FabricInfo> answer = versioned();
+    if (answer.ok() || !has_v1 || !IsNotSupported(answer.status())) return answer;
+  }
+  if (has_v1) {
     abi::nvmlGpuFabricInfo_t raw{};
     nvmlReturn_t rc = fn.nvmlDeviceGetGpuFabricInfo(handle_, &raw);
-    // FUNCTION_NOT_FOUND from an exported symbol means the same as no symbol
-    // (a stub or a shim library): try the versioned call below.
     if (rc != abi::NVML_ERROR_FUNCTION_NOT_FOUND) {
       RETURN_IF_ERROR(library_->Check(rc, "nvmlDeviceGetGpuFabricInfo"));
       std::memcpy(info.cluster_uuid.data(), raw.clusterUuid, info.cluster_uuid.size());
@@ -461,29 +490,10 @@ StatusOr<FabricInfo> Device::GpuFabricInfo() const {
       return info;
     }
   }
-  if (fn.nvmlDeviceGetGpuFabricInfoV == nullptr) {
+  if (!has_versioned) {
     return MissingFunctionError("nvmlDeviceGetGpuFabricInfo and nvmlDeviceGetGpuFabricInfoV");
   }
-  abi::nvmlGpuFabricInfoV_t raw{};
-  raw.version = abi::nvmlGpuFabricInfo_v3;
-  nvmlReturn_t rc = fn.nvmlDeviceGetGpuFabricInfoV(handle_, &raw);
-  bool v3 = true;
-  if (rc == abi::NVML_ERROR_ARGUMENT_VERSION_MISMATCH) {
-    // A library from before v3 (health summary): ask for v2.
-    raw = {};
-    raw.version = abi::nvmlGpuFabricInfo_v2;
-    rc = fn.nvmlDeviceGetGpuFabricInfoV(handle_, &raw);
-    v3 = false;
-  }
-  RETURN_IF_ERROR(library_->Check(rc, "nvmlDeviceGetGpuFabricInfoV"));
-  std::memcpy(info.cluster_uuid.data(), raw.clusterUuid, info.cluster_uuid.size());
-  info.status = raw.status;
-  info.clique_id = raw.cliqueId;
-  info.state = raw.state;
-  info.health_mask = raw.healthMask;
-  if (v3) info.health_summary = raw.healthSummary;
-  info.source = v3 ? "nvmlDeviceGetGpuFabricInfoV(v3)" : "nvmlDeviceGetGpuFabricInfoV(v2)";
-  return info;
+  return versioned();
 }
 
 StatusOr<std::uint64_t> Device::SupportedEventTypes() const {

@@ -202,7 +202,10 @@ class Device {
   // Fabric info: the v1 call when the library exports it (what go-nvlib
   // prefers), otherwise the versioned call, asking for v3 and falling back to
   // v2 on a version mismatch.
-  StatusOr<FabricInfo> GpuFabricInfo() const;
+  // kPreferVersioned asks the versioned call first: only it has the health
+  // mask and summary (the device health monitor's view).
+  enum class FabricCall { kPreferV1, kPreferVersioned };
+  StatusOr<FabricInfo> GpuFabricInfo(FabricCall call = FabricCall::kPreferV1) const;
 
   StatusOr<std::uint64_t> SupportedEventTypes() const;
 

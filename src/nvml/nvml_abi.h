@@ -204,6 +204,11 @@ inline constexpr unsigned char NVML_GPU_FABRIC_STATE_NOT_SUPPORTED = 0;
 inline constexpr unsigned char NVML_GPU_FABRIC_STATE_NOT_STARTED = 1;
 inline constexpr unsigned char NVML_GPU_FABRIC_STATE_IN_PROGRESS = 2;
 inline constexpr unsigned char NVML_GPU_FABRIC_STATE_COMPLETED = 3;
+// nvmlGpuFabricInfo_v3 healthSummary.
+inline constexpr unsigned char NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED = 0;
+inline constexpr unsigned char NVML_GPU_FABRIC_HEALTH_SUMMARY_HEALTHY = 1;
+inline constexpr unsigned char NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY = 2;
+inline constexpr unsigned char NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY = 3;
 inline constexpr unsigned kGpuFabricUuidLength = 16;
 
 struct nvmlGpuFabricInfo_t {  // v1: no version field

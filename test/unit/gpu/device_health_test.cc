@@ -77,22 +77,22 @@ TEST(DeviceHealthBookTest, OneTaintPerKeyLatestWinsAndClear) {
   ASSERT_TRUE(book.ok()) << book.status();
   EXPECT_TRUE((*book)->Taints().empty());
 
-  EXPECT_TRUE(*(*book)->Set({"gpu-0"}, Xid(79)));
-  EXPECT_FALSE(*(*book)->Set({"gpu-0"}, Xid(79))) << "the same condition again is no change";
-  EXPECT_TRUE(*(*book)->Set({"gpu-0"}, Xid(94)));
-  EXPECT_TRUE(*(*book)->Set({"gpu-0", "gpu-1", "gpu-9"}, DeviceTaint{.key = std::string(kTaintKeyGpuLost)}));
+  EXPECT_TRUE((*book)->Set({"gpu-0"}, Xid(79)));
+  EXPECT_FALSE((*book)->Set({"gpu-0"}, Xid(79))) << "the same condition again is no change";
+  EXPECT_TRUE((*book)->Set({"gpu-0"}, Xid(94)));
+  EXPECT_TRUE((*book)->Set({"gpu-0", "gpu-1", "gpu-9"}, DeviceTaint{.key = std::string(kTaintKeyGpuLost)}));
   auto taints = (*book)->Taints();
   ASSERT_EQ(taints.size(), 2u) << "gpu-9 is not a device of this node";
   ASSERT_EQ(taints["gpu-0"].size(), 2u);
   EXPECT_EQ(taints["gpu-0"][0].key, kTaintKeyGpuLost);
   EXPECT_EQ(taints["gpu-0"][1].value, "94");
 
-  EXPECT_TRUE(*(*book)->Clear({}, kTaintKeyGpuLost));
-  EXPECT_FALSE(*(*book)->Clear({"gpu-1"}, kTaintKeyGpuLost));
+  EXPECT_TRUE((*book)->Clear({}, kTaintKeyGpuLost));
+  EXPECT_FALSE((*book)->Clear({"gpu-1"}, kTaintKeyGpuLost));
   taints = (*book)->Taints();
   ASSERT_EQ(taints.size(), 1u);
   EXPECT_EQ(taints["gpu-0"].size(), 1u);
-  EXPECT_TRUE(*(*book)->Clear({"gpu-0"}, ""));
+  EXPECT_TRUE((*book)->Clear({"gpu-0"}, ""));
   EXPECT_TRUE((*book)->Taints().empty());
 }
 
@@ -102,8 +102,13 @@ TEST(DeviceHealthBookTest, KeptAcrossRestartsDroppedAfterAReboot) {
   {
     auto book = DeviceHealthBook::Open(file, "boot-1", {"gpu-0", "gpu-1"});
     ASSERT_TRUE(book.ok());
-    ASSERT_TRUE(*(*book)->Set({"gpu-1"}, Xid(79)));
-    ASSERT_TRUE(*(*book)->Set({"gpu-0"}, Xid(13, TaintEffect::kNone)));
+    ASSERT_TRUE((*book)->Set({"gpu-1"}, Xid(79)));
+    ASSERT_TRUE((*book)->Set({"gpu-0"}, Xid(13, TaintEffect::kNone)));
+    EXPECT_FALSE(fs::exists(file)) << "changes are in memory until Commit";
+    ASSERT_TRUE((*book)->Commit().ok());
+    EXPECT_EQ((*book)->writes(), 1u);
+    ASSERT_TRUE((*book)->Commit().ok());
+    EXPECT_EQ((*book)->writes(), 1u) << "nothing changed since";
   }
   {
     // A restart: the same boot.
@@ -305,10 +310,46 @@ TEST_F(MonitorTest, AFloodOfEventsIsReadInBatches) {
     std::lock_guard lock(mu_);
     EXPECT_LT(changes_, 100) << "a change report (one record write, one publish) per batch, not per event";
   }
+  EXPECT_LT(book_->writes(), 100u) << "one record write per batch";
   // The latest event of each GPU wins.
   auto taints = book_->Taints();
   EXPECT_EQ(taints.size(), inventory_.gpus.size());
   EXPECT_EQ(taints[GpuDeviceName(inventory_.gpus[0].minor)][0].value, std::to_string(1000 + 992));
+}
+
+// GB200: the NVLink fabric's health summary, read each wait turn (NVML has
+// no event for it): unhealthy taints every device of the GPU NoSchedule,
+// limited capacity with None, healthy again clears it.
+TEST_F(MonitorTest, NvlinkFabricHealthFollowsTheFabricInfo) {
+  StartOn("gb200-tray.json");
+  const std::string uuid = inventory_.gpus[1].uuid;
+  const std::string device = GpuDeviceName(inventory_.gpus[1].minor);
+  const auto set_fabric = [&](const json& entry) {
+    // The state file exists once the mock initialised; the test edits it
+    // as the README says (write beside it, rename over it).
+    const fs::path state = node_->root() / "mock-nvml/state.json";
+    json doc = json::parse(std::ifstream(state), nullptr, false);
+    ASSERT_FALSE(doc.is_discarded());
+    doc["fabric"][uuid] = entry;
+    std::ofstream(state.string() + ".tmp.test") << doc.dump();
+    fs::rename(state.string() + ".tmp.test", state);
+  };
+  set_fabric({{"healthSummary", "unhealthy"}, {"healthMask", 16}});
+  ASSERT_TRUE(AwaitNotes(1));
+  auto taints = book_->Taints();
+  ASSERT_EQ(taints.size(), 1u);
+  EXPECT_EQ(DeviceTaintJson(taints[device][0]),
+            json::parse(R"({"key":"gpu.nvidia.com/nvlink-fabric","value":"unhealthy","effect":"NoSchedule"})"));
+  EXPECT_THAT(Notes()[0].text, HasSubstr("health mask 0x10"));
+
+  set_fabric({{"healthSummary", "limited_capacity"}, {"healthMask", 0}});
+  ASSERT_TRUE(AwaitNotes(2));
+  EXPECT_EQ(book_->Taints()[device][0].effect, TaintEffect::kNone);
+
+  set_fabric({{"healthSummary", "healthy"}, {"healthMask", 0}});
+  ASSERT_TRUE(AwaitNotes(3));
+  EXPECT_TRUE(book_->Taints().empty());
+  EXPECT_TRUE(Notes()[2].recovered);
 }
 
 }  // namespace

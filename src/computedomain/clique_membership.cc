@@ -35,6 +35,15 @@ std::string ListPointer(MembershipStore store) {
 
 }  // namespace
 
+std::string CapStatusMessage(std::string message) {
+  if (message.size() <= kMaxStatusMessageBytes) return message;
+  std::size_t cut = kMaxStatusMessageBytes - 3;
+  // Not inside a UTF-8 sequence (continuation bytes are 10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  message.resize(cut);
+  return message + "...";
+}
+
 std::vector<CliqueMember> CliqueMembers(const json& object, MembershipStore store) {
   std::vector<CliqueMember> out;
   const json* daemons = EntryList(object, store);
@@ -47,6 +56,8 @@ std::vector<CliqueMember> CliqueMembers(const json& object, MembershipStore stor
     member.ip_address = JsonString(entry, "ipAddress");
     member.clique_id = JsonString(entry, "cliqueID");
     member.status = JsonString(entry, "status");
+    member.reason = JsonString(entry, "reason");
+    member.message = JsonString(entry, "message");
     if (auto index = entry.find("index"); index != entry.end() && index->is_number_integer()) {
       member.index = index->get<std::int64_t>();
     }
@@ -83,11 +94,15 @@ Status CliqueMembership::LabelPod(std::stop_token stop) {
   return result.status();
 }
 
-k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(std::string_view status, std::stop_token stop) {
+k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(const DaemonStatus& status, std::stop_token stop) {
   json entry = {{"name", identity_.node_name},
                 {"ipAddress", identity_.pod_ip},
                 {"cliqueID", identity_.clique_id},
-                {"status", std::string(status)}};
+                {"status", status.status}};
+  // Left out when empty: server-side apply then removes what this manager
+  // set before.
+  if (!status.reason.empty()) entry["reason"] = status.reason;
+  if (!status.message.empty()) entry["message"] = CapStatusMessage(status.message);
   json intent = {{"apiVersion", "resource.nvidia.com/v1beta1"},
                  {"kind", "ComputeDomain"},
                  {"metadata", {{"name", object_name_}, {"namespace", object_namespace_}}},
@@ -103,9 +118,13 @@ k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(std::string_view status,
   return client_.Apply(resource(), object_namespace_, intent, options, stop);
 }
 
-k8s::ApiResult<json> CliqueMembership::Publish(std::string_view status, std::stop_token stop) {
+k8s::ApiResult<json> CliqueMembership::Publish(const DaemonStatus& status, std::stop_token stop) {
   if (store_ == MembershipStore::kComputeDomainStatus) return ApplyStatusEntry(status, stop);
-  json annotations = {{std::string(kDaemonStatusAnnotation), std::string(status)}};
+  // null removes an annotation in a merge patch (absent already: no-op).
+  const auto optional = [](const std::string& value) { return value.empty() ? json(nullptr) : json(value); };
+  json annotations = {{std::string(kDaemonStatusAnnotation), status.status},
+                      {std::string(kDaemonStatusReasonAnnotation), optional(status.reason)},
+                      {std::string(kDaemonStatusMessageAnnotation), optional(CapStatusMessage(status.message))}};
   if (!identity_.pod_ip.empty()) annotations[std::string(kDaemonIpAnnotation)] = identity_.pod_ip;
   const json patch = {{"metadata",
                        {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}},

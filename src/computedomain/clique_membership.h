@@ -7,10 +7,11 @@
 // Who writes the clique (gate ComputeDomainCliques, the default): only the
 // controller. A daemon writes nothing but its own pod: the clique label
 // (kComputeDomainCliqueLabel = its clique ID, empty included, as upstream),
-// its readiness (annotation kDaemonStatusAnnotation = Ready/NotReady) and
-// its IP (kDaemonIpAnnotation). The controller turns its daemon pods into
+// its readiness (annotation kDaemonStatusAnnotation = Ready/NotReady, with
+// kDaemonStatusReasonAnnotation/kDaemonStatusMessageAnnotation when it knows
+// why it is NotReady) and its IP (kDaemonIpAnnotation). The controller turns its daemon pods into
 // the clique's entries {nodeName, ipAddress (the pod's IP), cliqueID,
-// status, index}, assigns indexes
+// status, index, and reason/message when set}, assigns indexes
 // (stable per node, gap-filling; upstream #1418), drops the entries of pods
 // that are gone or terminating, and writes each clique with one update per
 // change, however many daemons changed. Why: upstream's daemons race on the
@@ -34,6 +35,7 @@
 // Ownership: borrows the Client, which must outlive it. Thread-safety:
 // thread-safe (immutable; the Client is thread-safe).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stop_token>
@@ -73,6 +75,25 @@ struct CliqueMember {
   std::string clique_id;
   std::optional<std::int64_t> index;  // absent until the index writer set it
   std::string status;
+  // Ours, optional (absent in upstream's objects and in old ones): why the
+  // entry is NotReady (kReasonFabricUnhealthy) and a message for people.
+  std::string reason{};
+  std::string message{};
+};
+
+// The longest `message` an entry carries (the CRDs' maxLength); longer ones
+// are cut by CapStatusMessage, ending in "...".
+inline constexpr std::size_t kMaxStatusMessageBytes = 1024;
+std::string CapStatusMessage(std::string message);
+
+// What a daemon says about itself: kDaemonReady or kDaemonNotReady and,
+// for a NotReady whose cause it knows, the reason and a message ("" when
+// none; never set with kDaemonReady).
+struct DaemonStatus {
+  std::string status{};
+  std::string reason{};
+  std::string message{};
+  friend bool operator==(const DaemonStatus&, const DaemonStatus&) = default;
 };
 
 // The entries of a ComputeDomainClique object, or of a ComputeDomain's
@@ -102,10 +123,17 @@ class CliqueMembership {
   common::Status LabelPod(std::stop_token stop = {});
 
   // Tells the API server this daemon's status: the pod's clique label and
-  // status annotation (returns the pod), or, gate off, this node's entry in
-  // the ComputeDomain's status.nodes (returns the ComputeDomain; kNotFound
-  // while it is absent). API errors as the Client's.
-  k8s::ApiResult<nlohmann::json> Publish(std::string_view status, std::stop_token stop = {});
+  // status annotations (returns the pod; an empty reason or message removes
+  // its annotation), or, gate off, this node's entry in the ComputeDomain's
+  // status.nodes (returns the ComputeDomain; kNotFound while it is absent;
+  // an empty reason or message leaves the field out, which removes it).
+  // The message is capped (CapStatusMessage).
+  // API errors as the Client's.
+  k8s::ApiResult<nlohmann::json> Publish(const DaemonStatus& status, std::stop_token stop = {});
+  // The same without a reason.
+  k8s::ApiResult<nlohmann::json> Publish(std::string_view status, std::stop_token stop = {}) {
+    return Publish(DaemonStatus{.status = std::string(status)}, stop);
+  }
 
   // Leaving (the daemon stops): the pod's status annotation says NotReady
   // (the controller removes the entry once the pod terminates); gate off,
@@ -121,7 +149,7 @@ class CliqueMembership {
   const std::string object_name_;
   const std::string object_namespace_;
 
-  k8s::ApiResult<nlohmann::json> ApplyStatusEntry(std::string_view status, std::stop_token stop);
+  k8s::ApiResult<nlohmann::json> ApplyStatusEntry(const DaemonStatus& status, std::stop_token stop);
 };
 
 }  // namespace nvdra::computedomain

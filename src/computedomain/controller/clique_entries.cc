@@ -31,6 +31,9 @@ json EntryOf(const CliqueMember& m, std::optional<std::int64_t> index) {
   json entry = {{"nodeName", m.node_name}, {"ipAddress", m.ip_address}, {"cliqueID", m.clique_id},
                 {"status", m.status}};
   if (index) entry["index"] = *index;
+  // Ours and optional: only when the daemon said why it is NotReady.
+  if (!m.reason.empty()) entry["reason"] = m.reason;
+  if (!m.message.empty()) entry["message"] = m.message;
   return entry;
 }
 
@@ -69,6 +72,8 @@ CliqueEntries ComputeCliqueEntries(const json& clique, const std::vector<const j
     m.ip_address = DaemonPodIp(*it->second);
     m.clique_id = clique_id;
     m.status = DaemonPodStatus(*it->second);
+    m.reason = DaemonPodReason(*it->second);
+    m.message = DaemonPodMessage(*it->second);
     entries.push_back(std::move(m));
   }
   for (const json* pod : members) {
@@ -78,7 +83,9 @@ CliqueEntries ComputeCliqueEntries(const json& clique, const std::vector<const j
                        .ip_address = DaemonPodIp(*pod),
                        .clique_id = clique_id,
                        .index = std::nullopt,
-                       .status = DaemonPodStatus(*pod)});
+                       .status = DaemonPodStatus(*pod),
+                       .reason = DaemonPodReason(*pod),
+                       .message = DaemonPodMessage(*pod)});
   }
   CliqueEntries out;
   out.assignment = AssignIndexes(entries, max_nodes);

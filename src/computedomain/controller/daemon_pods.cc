@@ -31,6 +31,16 @@ std::string DaemonPodStatus(const json& pod) {
   return std::string(ready ? kDaemonReady : kDaemonNotReady);
 }
 
+std::string DaemonPodReason(const json& pod) {
+  if (DaemonPodStatus(pod) == kDaemonReady) return "";
+  return JsonString(pod, {"metadata", "annotations", kDaemonStatusReasonAnnotation});
+}
+
+std::string DaemonPodMessage(const json& pod) {
+  if (DaemonPodStatus(pod) == kDaemonReady) return "";
+  return CapStatusMessage(JsonString(pod, {"metadata", "annotations", kDaemonStatusMessageAnnotation}));
+}
+
 bool PodIsReady(const json& pod) {
   const json& conditions = common::JsonMember(pod, {"status", "conditions"});
   if (!conditions.is_array()) return false;

@@ -7,7 +7,8 @@
 // without a function here are read with common/json_fields.h, which does
 // not copy either.
 // Defines: LabelOf(), HasLabelKey(), IsDeleting(),
-// DaemonPodNode(), DaemonPodIp(), DaemonPodStatus(), PodIsReady().
+// DaemonPodNode(), DaemonPodIp(), DaemonPodStatus(), DaemonPodReason(),
+// DaemonPodMessage(), PodIsReady().
 //
 // Ownership: none. Thread-safety: pure functions.
 
@@ -33,6 +34,11 @@ std::string DaemonPodIp(const nlohmann::json& pod);
 // The daemon's status as it published it (kDaemonStatusAnnotation):
 // kDaemonReady, else kDaemonNotReady.
 std::string DaemonPodStatus(const nlohmann::json& pod);
+// Why its daemon says NotReady (kDaemonStatusReasonAnnotation) and the
+// message (kDaemonStatusMessageAnnotation, capped by CapStatusMessage); ""
+// when absent or when the daemon says Ready (a leftover is not a reason).
+std::string DaemonPodReason(const nlohmann::json& pod);
+std::string DaemonPodMessage(const nlohmann::json& pod);
 // The pod's Ready condition is True.
 bool PodIsReady(const nlohmann::json& pod);
 

@@ -30,6 +30,8 @@ json NodesFromCliques(const std::vector<k8s::ComputeDomainClique>& cliques, cons
                    {"cliqueID", m.clique_id},
                    {"status", m.status.empty() ? std::string(kDaemonNotReady) : m.status}};
       if (m.index) node["index"] = *m.index;
+      if (!m.reason.empty()) node["reason"] = m.reason;
+      if (!m.message.empty()) node["message"] = m.message;
       nodes.push_back(std::move(node));
     }
   }
@@ -60,9 +62,11 @@ DomainStatusReport ComputeDomainStatus(const k8s::ComputeDomain& cd,
   } else if (cd.json().contains("/status/nodes"_json_pointer)) {
     report.nodes = cd.json()["status"]["nodes"];  // written by the daemons themselves
   }
-  std::vector<std::string> not_ready;
+  std::vector<std::string> not_ready;  // "node" or "node (message)"
   for (const json& n : report.nodes) {
-    if (n.value("status", std::string(kDaemonNotReady)) != kDaemonReady) not_ready.push_back(n.value("name", ""));
+    if (n.value("status", std::string(kDaemonNotReady)) == kDaemonReady) continue;
+    const std::string message = common::JsonString(n, "message");
+    not_ready.push_back(message.empty() ? n.value("name", "") : fmt::format("{} ({})", n.value("name", ""), message));
   }
   const std::int64_t want = cd.num_nodes();
   if (static_cast<std::int64_t>(report.nodes.size()) < want) {

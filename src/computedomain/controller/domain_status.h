@@ -36,8 +36,9 @@ struct DomainStatusReport {
   // Why NotReady, for the Event: "<category>: <details>"; "" when Ready.
   std::string why;
   // status.nodes as it should read, sorted by name. With cliques: every
-  // clique entry, then daemons on nodes without a fabric (index -1). Else
-  // the domain's own status.nodes (the daemons write them).
+  // clique entry (its reason and message included), then daemons on nodes
+  // without a fabric (index -1). Else the domain's own status.nodes (the
+  // daemons write them). `why` adds an entry's message to its node's name.
   nlohmann::json nodes = nlohmann::json::array();
 
   // What an Event is sent for on change: "Ready", or the reason's category.

@@ -2,7 +2,7 @@
 
 // Typed views of the driver's CRDs (resource.nvidia.com/v1beta1):
 // ComputeDomain (spec.numNodes, spec.channel, status.status,
-// status.imexChannelID, status.nodes[])
+// status.imexChannelID, status.nodes[] with our optional reason/message)
 // and ComputeDomainClique (top-level daemons[], no spec or status).
 // Fields per upstream-inventory.md sections 2.5 and 2.6. See object.h.
 // Ownership: values. Thread-safety: thread-compatible.
@@ -32,6 +32,12 @@ class DaemonInfoView : public JsonView {
   void set_index(std::int64_t value) { Set({"index"}, value); }
   std::string status() const { return GetString({"status"}); }  // Ready, NotReady
   void set_status(std::string_view value) { Set({"status"}, value); }
+  // Ours, optional (upstream's objects and old ones lack them: ""): why the
+  // daemon is NotReady ("FabricUnhealthy") and a message for people.
+  std::string reason() const { return GetString({"reason"}); }
+  void set_reason(std::string_view value) { Set({"reason"}, value); }
+  std::string message() const { return GetString({"message"}); }
+  void set_message(std::string_view value) { Set({"message"}, value); }
 };
 
 // status.nodes[i] of a ComputeDomain, keyed by name.

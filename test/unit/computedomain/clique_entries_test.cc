@@ -77,6 +77,51 @@ TEST(ComputeCliqueEntriesTest, BeyondMaxNodesANewcomerGetsNoIndex) {
   EXPECT_THAT(entries.assignment.over_limit, ElementsAre("n2"));
 }
 
+// A pod whose daemon says NotReady, with or without a reason.
+k8s::cache::ObjectPtr NotReadyPod(std::string name, std::string node, std::string reason, std::string message) {
+  json pod = *Pod(std::move(name), std::move(node), "c", "t1");
+  json& annotations = pod["metadata"]["annotations"];
+  annotations[std::string(kDaemonStatusAnnotation)] = "NotReady";
+  if (!reason.empty()) annotations[std::string(kDaemonStatusReasonAnnotation)] = reason;
+  if (!message.empty()) annotations[std::string(kDaemonStatusMessageAnnotation)] = message;
+  return std::make_shared<const json>(std::move(pod));
+}
+
+TEST(ComputeCliqueEntriesTest, ADaemonsReasonAndMessageGoIntoItsEntryOnlyWhileNotReady) {
+  const auto sick = NotReadyPod("p1", "n1", "FabricUnhealthy", "NVLink fabric unhealthy: GPU-a");
+  const auto starting = NotReadyPod("p2", "n2", "", "");
+  auto leftover = std::make_shared<json>(*Pod("p3", "n3", "c", "t3"));  // Ready, stale reason annotation
+  (*leftover)["metadata"]["annotations"][std::string(kDaemonStatusReasonAnnotation)] = "FabricUnhealthy";
+  // The listed entry of n1 still says why it was NotReady before: recomputed from the pod.
+  const json clique = {{"daemons", {{{"nodeName", "n1"}, {"ipAddress", "10.0.0.1"}, {"index", 0},
+                                     {"status", "NotReady"}, {"reason", "Old"}, {"message", "old"}}}}};
+  CliqueEntries entries = ComputeCliqueEntries(clique, {sick.get(), starting.get(), leftover.get()}, "c", 18);
+  ASSERT_EQ(entries.daemons.size(), 3u);
+  EXPECT_EQ(entries.daemons[0], json::parse(R"({"nodeName": "n1", "ipAddress": "10.0.0.1", "cliqueID": "c",
+                                                 "status": "NotReady", "index": 0, "reason": "FabricUnhealthy",
+                                                 "message": "NVLink fabric unhealthy: GPU-a"})"));
+  EXPECT_FALSE(entries.daemons[1].contains("reason")) << entries.daemons[1];
+  EXPECT_FALSE(entries.daemons[1].contains("message"));
+  EXPECT_EQ(entries.daemons[2]["status"], "Ready");
+  EXPECT_FALSE(entries.daemons[2].contains("reason")) << entries.daemons[2];
+  // Read back as members (what the daemon and the status see).
+  const std::vector<CliqueMember> members = CliqueMembers({{"daemons", entries.daemons}});
+  EXPECT_EQ(members[0].reason, "FabricUnhealthy");
+  EXPECT_EQ(members[0].message, "NVLink fabric unhealthy: GPU-a");
+  EXPECT_EQ(members[1].reason, "");
+}
+
+TEST(CapStatusMessageTest, LongMessagesAreCutOnACharacterBoundary) {
+  EXPECT_EQ(CapStatusMessage("short"), "short");
+  std::string exact(kMaxStatusMessageBytes, 'x');
+  EXPECT_EQ(CapStatusMessage(exact), exact);
+  std::string utf8(kMaxStatusMessageBytes - 4, 'x');
+  utf8 += "\xc3\xa9\xc3\xa9\xc3\xa9";  // é é é: the cut would split one
+  const std::string capped = CapStatusMessage(utf8);
+  EXPECT_LE(capped.size(), kMaxStatusMessageBytes);
+  EXPECT_TRUE(capped.ends_with("x..."));
+}
+
 TEST(MergeOwnerReferencesTest, EveryMemberPodOnceEarlierOnesKept) {
   const auto p1 = Pod("p1", "n1", "c", "t1");
   const json clique = {{"metadata", {{"ownerReferences", {{{"kind", "Pod"}, {"name", "old"}, {"uid", "uid-old"}},

@@ -87,6 +87,25 @@ TEST(ComputeDomainStatusTest, WithoutCliquesTheDomainsOwnNodesCount) {
   EXPECT_EQ(report.why, "IMEX daemons not ready on: n1");
 }
 
+TEST(ComputeDomainStatusTest, AnEntrysReasonAndMessageAreInStatusNodesAndTheWhy) {
+  const ControllerOptions options;
+  json sick = Daemon("n2", "NotReady", 1);
+  sick["reason"] = "FabricUnhealthy";
+  sick["message"] = "NVLink fabric unhealthy: GPU-b (healthSummary Unhealthy, healthMask 0x10: route unhealthy)";
+  auto report = ComputeDomainStatus(Domain(0), {Clique({Daemon("n1", "Ready", 0), sick, Daemon("n3", "NotReady", 2)})},
+                                    {}, options);
+  EXPECT_EQ(report.status, "NotReady");
+  ASSERT_EQ(report.nodes.size(), 3u);
+  EXPECT_EQ(report.nodes[1]["reason"], "FabricUnhealthy");
+  EXPECT_EQ(report.nodes[1]["message"], sick["message"]);
+  EXPECT_FALSE(report.nodes[0].contains("reason")) << "a Ready entry has none";
+  EXPECT_FALSE(report.nodes[2].contains("reason")) << "old entries without the field stay without it";
+  EXPECT_EQ(report.why,
+            "IMEX daemons not ready on: n2 (NVLink fabric unhealthy: GPU-b (healthSummary Unhealthy, healthMask 0x10: "
+            "route unhealthy)), n3");
+  EXPECT_EQ(report.Category(), "IMEX daemons not ready on");
+}
+
 TEST(ComputeDomainStatusTest, HostManagedIsAlwaysReady) {
   ControllerOptions options;
   options.host_managed = true;

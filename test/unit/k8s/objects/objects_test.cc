@@ -107,6 +107,13 @@ TEST(ObjectsTest, MissingFieldsReadAsDefaultsWithoutThrowing) {
   EXPECT_TRUE(clique.daemons().empty());
   ComputeDomainNode cd_node;
   EXPECT_EQ(cd_node.index(), -1);
+  // Our optional reason/message: absent in upstream's and old objects.
+  EXPECT_EQ(cd_node.reason(), "");
+  EXPECT_EQ(cd_node.message(), "");
+  cd_node.set_reason("FabricUnhealthy");
+  cd_node.set_message("NVLink fabric unhealthy: GPU-1");
+  EXPECT_EQ(cd_node.json()["reason"], "FabricUnhealthy");
+  EXPECT_EQ(cd_node.message(), "NVLink fabric unhealthy: GPU-1");
 
   // Wrong types that slipped in through mutable_json still read as defaults.
   ComputeDomain broken = ComputeDomain::New("ns", "cd");

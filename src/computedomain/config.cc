@@ -247,6 +247,8 @@ void AddFlags(CLI::App& app, DaemonConfig& config) {
                          "Seconds from SIGTERM to SIGKILL when stopping nvidia-imex")
               ->capture_default_str(),
           {"IMEX_STOP_GRACE_SECONDS"});
+  add_path("--container-driver-root", config.container_driver_root,
+           "Where this container sees the NVIDIA driver (NVML, for the NVLink fabric health)", "DRIVER_ROOT_CTR_PATH");
 }
 
 }  // namespace nvdra::computedomain

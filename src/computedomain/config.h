@@ -118,6 +118,11 @@ struct DaemonConfig {
   int imex_ready_poll_interval_ms = 1000;
   // --imex-stop-grace-seconds (IMEX_STOP_GRACE_SECONDS): SIGTERM to SIGKILL.
   int imex_stop_grace_seconds = 10;
+  // --container-driver-root (DRIVER_ROOT_CTR_PATH, the plugins' name): where
+  // NVML is loaded from to read the NVLink fabric health. The daemon claim's
+  // CDI edits mount the driver's libraries at their usual paths, so "/" in
+  // the pod; tests point it at a mock driver root.
+  std::string container_driver_root = "/";
 
   // For the `run` subcommand. kFailedPrecondition when COMPUTE_DOMAIN_UUID is
   // missing: the container runtime did not apply the CDI edits that set it.

@@ -9,8 +9,10 @@
 #include "common/child_process.h"
 #include "common/log.h"
 #include "computedomain/clique_membership.h"
+#include "computedomain/fabric_health.h"
 #include "computedomain/imex_daemon.h"
 #include "k8s/client_from_flags.h"
+#include "nvml/library.h"
 
 namespace nvdra::computedomain {
 
@@ -60,6 +62,19 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
              {{"domain", config.compute_domain_uuid}});
     signals.WaitForShutdown();
     return common::OkStatus();
+  }
+  // NVML for the fabric health; without it the daemon runs as before (its
+  // readiness is nvidia-imex's alone). Declared before the daemon, which
+  // reads through it until it is destroyed.
+  std::unique_ptr<nvml::Library> nvml;
+  auto opened = nvml::Library::Open({.driver_root = config.container_driver_root, .library_path = std::nullopt});
+  if (opened.ok()) {
+    nvml = *std::move(opened);
+    LOG_INFO(1, "NVML loaded: the NVLink fabric health counts for readiness", {{"library", nvml->path()}});
+    options.read_fabric = [library = nvml.get()] { return ReadNodeFabric(*library); };
+  } else {
+    LOG_WARNING("NVML not available: the NVLink fabric health is not checked",
+                {{"driverRoot", config.container_driver_root}, {"err", opened.status()}});
   }
   ImexDaemon daemon(*client, std::move(options));
   return daemon.Run(signals.token());

@@ -233,7 +233,9 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   // a clique's entries are the controller's (from our pod).
   entry_missing_ = options_.store == MembershipStore::kComputeDomainStatus &&
                    (own == members.end() || own->ip_address != id.pod_ip || own->clique_id != id.clique_id ||
-                    (!published_status_.empty() && own->status != published_status_));
+                    (!published_.status.empty() &&
+                     (own->status != published_.status || own->reason != published_.reason ||
+                      own->message != published_.message)));
   if (options_.dns_names) {
     UpdatePeersDnsNames(members);
   } else {
@@ -374,13 +376,19 @@ void ImexDaemon::OnImexExited() {
 
 void ImexDaemon::PublishIfNeeded() {
   if (clique_deleted_) return;
-  bool ready = false;
+  bool imex_ready = false;
+  std::string fabric_problem;
   {
     common::MutexLock lock(mutex_);
-    ready = imex_running_ && ready_generation_ == imex_generation_ && ready_;
+    imex_ready = imex_running_ && ready_generation_ == imex_generation_ && ready_;
+    fabric_problem = fabric_problem_;
   }
-  const std::string desired(ready ? kDaemonReady : kDaemonNotReady);
-  if (!entry_missing_ && desired == published_status_) {
+  DaemonStatus desired{.status = std::string(imex_ready && fabric_problem.empty() ? kDaemonReady : kDaemonNotReady)};
+  if (!fabric_problem.empty()) {
+    desired.reason = kReasonFabricUnhealthy;
+    desired.message = std::move(fabric_problem);
+  }
+  if (!entry_missing_ && desired == published_) {
     publish_retry_at_.reset();
     return;
   }
@@ -388,7 +396,7 @@ void ImexDaemon::PublishIfNeeded() {
   if (publish_retry_at_ && now < *publish_retry_at_) return;
   auto result = membership_.Publish(desired);
   if (!result.ok()) {
-    LOG_ERROR("cannot publish this daemon's status", {{"clique", membership_.clique_name()}, {"status", desired},
+    LOG_ERROR("cannot publish this daemon's status", {{"clique", membership_.clique_name()}, {"status", desired.status},
                                                         {"err", result.status()},
                                                         {"retryInMs", publish_backoff_.count()}});
     publish_retry_at_ = now + publish_backoff_;
@@ -397,14 +405,15 @@ void ImexDaemon::PublishIfNeeded() {
   }
   publish_retry_at_.reset();
   publish_backoff_ = kPublishBackoffMin;
-  if (desired != published_status_) {
+  if (desired != published_) {
     // With the written object's resourceVersion (gate off: the domain's,
     // whose watch event the plugin logs; with cliques: this pod's).
     const nlohmann::json& metadata = result->value("metadata", nlohmann::json::object());
-    LOG_INFO(2, "status published", {{"clique", membership_.clique_name()}, {"status", desired},
+    LOG_INFO(2, "status published", {{"clique", membership_.clique_name()}, {"status", desired.status},
+                                         {"reason", desired.reason},
                                          {"resourceVersion", metadata.value("resourceVersion", "")}});
   }
-  published_status_ = desired;
+  published_ = std::move(desired);
   // Gate off, the answer is the ComputeDomain, the newest state: act on it
   // now rather than on its watch event (which OnCliqueChanged then skips as
   // not newer). With cliques it is our pod; the controller writes the entry.
@@ -414,6 +423,7 @@ void ImexDaemon::PublishIfNeeded() {
 void ImexDaemon::PollReadiness(std::stop_token stop) {
   const common::SpawnOptions ctl{.argv = {options_.imex_ctl_binary, "-c", config_path_.string(), "-q"}};
   while (!stop.stop_requested()) {
+    if (options_.read_fabric) CheckFabric();
     std::uint64_t generation = 0;
     bool running = false;
     bool ready = false;
@@ -448,6 +458,42 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
     common::MutexLock lock(mutex_);
     poll_cv_.wait_for(lock.native(), stop, interval, [&]() REQUIRES(mutex_) { return imex_generation_ != generation; });
   }
+}
+
+void ImexDaemon::CheckFabric() {
+  FabricHealth health = JudgeFabricHealth(options_.read_fabric());
+  if (health == fabric_seen_) return;
+  // Logged once per change, not per poll.
+  const std::string& node = options_.identity.node_name;
+  const auto joined = [](const std::vector<std::string>& lines) { return fmt::format("{}", fmt::join(lines, "; ")); };
+  if (health.unhealthy != fabric_seen_.unhealthy) {
+    if (!health.healthy()) {
+      LOG_WARNING("NVLink fabric unhealthy: this node's entry says NotReady",
+                  {{"node", node}, {"gpus", joined(health.unhealthy)}});
+    } else {
+      LOG_INFO(0, "NVLink fabric healthy again: readiness follows nvidia-imex", {{"node", node}});
+    }
+  }
+  if (health.limited != fabric_seen_.limited) {
+    if (!health.limited.empty()) {
+      LOG_WARNING("NVLink fabric at limited capacity; the entry stays Ready",
+                  {{"node", node}, {"gpus", joined(health.limited)}});
+    } else {
+      LOG_INFO(2, "NVLink fabric no longer at limited capacity", {{"node", node}});
+    }
+  }
+  if (health.unreadable != fabric_seen_.unreadable && !health.unreadable.empty()) {
+    LOG_WARNING("cannot read the NVLink fabric info of some GPUs; they are not judged",
+                {{"node", node}, {"err", joined(health.unreadable)}});
+  }
+  const bool problem_changed = health.unhealthy != fabric_seen_.unhealthy;
+  fabric_seen_ = std::move(health);
+  if (!problem_changed) return;
+  {
+    common::MutexLock lock(mutex_);
+    fabric_problem_ = fabric_seen_.Message();
+  }
+  Wake();
 }
 
 }  // namespace nvdra::computedomain

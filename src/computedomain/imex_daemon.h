@@ -36,6 +36,13 @@
 // without exiting. A crash needs no poll (pidfd). The status is written
 // only when it changes.
 //
+// Fabric health (with `read_fabric`): at each of those polls the poller also
+// reads the GPUs' NVLink fabric info (NVML has no event for it; one call per
+// GPU). While a GPU is unfit (fabric_health.h) the entry says NotReady even
+// if nvidia-imex is READY, with reason kReasonFabricUnhealthy and a message
+// naming the GPUs, health summary and mask; Ready again once healthy. Each
+// change is logged once; LIMITED_CAPACITY only logs a warning.
+//
 // Ownership: owns the informer, the nvidia-imex child and the poller
 // thread; borrows the Client, which must outlive it.
 // Thread-safety: Run is called once, from one thread (the loop runs there);
@@ -61,6 +68,7 @@
 #include "common/thread_annotations.h"
 #include "common/unique_fd.h"
 #include "computedomain/clique_membership.h"
+#include "computedomain/fabric_health.h"
 #include "k8s/client.h"
 
 namespace nvdra::k8s::cache {
@@ -84,6 +92,9 @@ struct ImexDaemonOptions {
   std::string imex_binary = "nvidia-imex";
   std::string imex_ctl_binary = "nvidia-imex-ctl";
   std::chrono::milliseconds ready_poll_interval{1000};
+  // The node's GPUs' fabric info, read at each readiness poll (on the
+  // poller thread); empty: no fabric check (no NVML).
+  FabricReader read_fabric{};
   std::chrono::milliseconds stop_grace{10000};
   // How long the entry's removal may take at shutdown (upstream: 10 s).
   std::chrono::milliseconds leave_timeout{10000};
@@ -122,6 +133,7 @@ class ImexDaemon {
   void Wake();
   // The poller thread.
   void PollReadiness(std::stop_token stop);
+  void CheckFabric();
 
   k8s::Client& client_;
   const ImexDaemonOptions options_;
@@ -143,7 +155,7 @@ class ImexDaemon {
   std::vector<std::string> peer_ips_;                // IP mode: what nodes.cfg says
   bool own_index_known_ = false;
   bool peers_known_ = false;          // IP mode: our own IP is in the clique
-  std::string published_status_;      // what the API server has, "" before the first write
+  DaemonStatus published_;  // what the API server has; status "" before the first write
   bool entry_missing_ = true;    // the last clique seen lacks our entry, or it differs from what we wrote
   bool clique_deleted_ = false;  // the informer saw the clique deleted: do not re-create it
   std::int64_t processed_version_ = 0;  // newest resourceVersion acted on (watch events or our apply)
@@ -157,6 +169,10 @@ class ImexDaemon {
   bool imex_running_ GUARDED_BY(mutex_) = false;
   std::uint64_t ready_generation_ GUARDED_BY(mutex_) = 0;  // the generation `ready_` is about
   bool ready_ GUARDED_BY(mutex_) = false;
+  std::string fabric_problem_ GUARDED_BY(mutex_);  // FabricHealth::Message(); "" when healthy
+
+  // Confined to the poller thread.
+  FabricHealth fabric_seen_;
 
   // Last: stopped before the state they use goes.
   std::unique_ptr<k8s::cache::Informer> informer_;

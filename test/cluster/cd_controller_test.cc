@@ -13,7 +13,11 @@
 // objects of vanished domains are removed at start; a controller killed
 // mid-cascade and restarted converges; two controllers elect one leader and
 // the other takes over; channel isolation gives two domains distinct
-// channels and selectors. Waits are woken by watch events.
+// channels and selectors. One test runs a real compute-domain-daemon (mock
+// NVML gb200-tray, simulated nvidia-imex): a GPU whose NVLink fabric turns
+// unhealthy makes its entry NotReady, and the clique, the domain's
+// status.nodes and the NotReady Event say which node and why, until it is
+// healthy again. Waits are woken by watch events.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -47,6 +51,7 @@
 #include "gpu_plugin_harness.h"
 #include "k8s/cache/informer.h"
 #include "k8s/rest_list_watch.h"
+#include "mock_fabric.h"
 
 namespace nvdra::testing {
 namespace {
@@ -607,6 +612,106 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
               static_cast<long long>(ms(t_ready - t_ready_written)), static_cast<long long>(ms(t_gone - t_deleting)));
   controller->Stop();
   EXPECT_EQ(controller->WaitExit(1s), std::nullopt);  // already ended by Stop
+}
+
+// The whole path of a fabric fault with cliques (the default): a real
+// daemon on a GB200 node (mock NVML) publishes NotReady with its reason on
+// its pod; the controller writes it into the clique entry and the domain's
+// status.nodes, and its NotReady Event names the node and the message.
+// Healthy again: Ready, reason and message gone.
+TEST_F(CdControllerTest, UnhealthyFabricOfADaemonsNodeShowsInTheDomainStatusWithItsReason) {
+  auto controller = StartController("ctl-fabric");
+  json cd = CreateCd("cd-fabric", 1);
+  const std::string uid = Str(cd, "/metadata/uid");
+  ASSERT_FALSE(uid.empty());
+  PluginNodeDir driver;
+  ASSERT_EQ(MakePluginNodeDir("cdc-fabric", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
+                              std::string(NVDRA_MOCKNVML_PROFILES_DIR) + "/gb200-tray.json", NVDRA_MOCKNVML_PATH,
+                              &driver),
+            "");
+  const std::string gpu = "GPU-b200b200-0000-0000-0000-000000000002";
+  const std::string clique_id = "9f2c41e7-58a3-4b6d-8e0a-3c5d7f1b2a94.32766";  // the profile's
+  const std::string node = "gb200-3";
+  // The simulated nvidia-imex binds the pod IP: a loopback address of this process's own.
+  const std::string ip = "127.214." + std::to_string(getpid() % 250 + 1) + ".3";
+  EnsureNode(node);
+  const std::string pod = DaemonPodName(uid, node);
+  auto created = env_->client->Create(k8s::resources::kPods, kDriverNs, PodObject(pod, {{kCdLabel, uid}}, node));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(env_->client->Patch(k8s::resources::kPods, kDriverNs, pod, k8s::PatchType::kMerge,
+                                  {{"status", {{"podIP", ip}}}}, StatusPatch()).ok());
+  const std::string imex_bin = NVDRA_SIMIMEX_DIR;
+  const std::filesystem::path imexd = driver.dir / "imexd";
+  const std::filesystem::path hosts = driver.dir / "hosts";
+  WriteFile(hosts, "127.0.0.1\tlocalhost\n");
+  PluginProcess daemon({CD_DAEMON, "-v", "2", "run"},
+                       {"PATH=" + imex_bin + ":/usr/bin:/bin", "KUBECONFIG=" + env_->cluster->kubeconfig().string(),
+                        "CLIQUE_ID=" + clique_id, "COMPUTE_DOMAIN_UUID=" + uid, "COMPUTE_DOMAIN_NAME=cd-fabric",
+                        "COMPUTE_DOMAIN_NAMESPACE=" + std::string(kUserNs), "NODE_NAME=" + node, "POD_IP=" + ip,
+                        "POD_UID=" + Str(*created, "/metadata/uid"), "POD_NAME=" + pod,
+                        "POD_NAMESPACE=" + std::string(kDriverNs), "MAX_NODES_PER_IMEX_DOMAIN=18",
+                        "IMEXD_DIR=" + imexd.string(), "HOSTS_FILE=" + hosts.string(),
+                        "IMEX_BINARY=" + imex_bin + "/nvidia-imex", "IMEX_CTL_BINARY=" + imex_bin + "/nvidia-imex-ctl",
+                        "IMEX_CONFIG_TEMPLATE=" + std::string(NVDRA_SOURCE_DIR) +
+                            "/templates/compute-domain-daemon-config.tmpl.cfg",
+                        "IMEX_STOP_GRACE_SECONDS=5", "IMEX_READY_POLL_INTERVAL_MS=100",
+                        "SIMIMEX_HOSTS_FILE=" + hosts.string(), "DRIVER_ROOT_CTR_PATH=" + driver.driver_root.string()},
+                       driver.dir / "daemon.log");
+  ASSERT_TRUE(daemon.Start());
+  auto daemon_log = [&] { return "--- daemon log:\n" + ReadFile(driver.dir / "daemon.log"); };
+  auto status_node = [&](const std::optional<json>& o) {
+    if (!o || !o->contains("/status/nodes"_json_pointer)) return json::object();
+    for (const json& n : (*o)["status"]["nodes"]) {
+      if (n.value("name", "") == node) return n;
+    }
+    return json::object();
+  };
+  auto ready = [&](const std::optional<json>& o) {
+    const json n = status_node(o);
+    return o && Str(*o, "/status/status") == "Ready" && n.value("status", "") == "Ready" && !n.contains("reason") &&
+           !n.contains("message");
+  };
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-fabric"), ready)) << daemon_log() << cds_->Get(CdKey("cd-fabric"))->dump(1);
+
+  ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", 2}, {"healthMask", 16}}}}), "");
+  const std::string message =
+      "NVLink fabric unhealthy: " + gpu + " (healthSummary Unhealthy, healthMask 0x10: route unhealthy)";
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-fabric"), [&](const std::optional<json>& o) {
+    const json n = status_node(o);
+    return o && Str(*o, "/status/status") == "NotReady" && n.value("status", "") == "NotReady" &&
+           n.value("reason", "") == "FabricUnhealthy" && n.value("message", "") == message;
+  })) << daemon_log() << cds_->Get(CdKey("cd-fabric"))->dump(1);
+  const std::string clique_key = std::string(kDriverNs) + "/" + uid + "." + clique_id;
+  auto clique_entry = [&](const std::optional<json>& o) {
+    if (!o) return json::object();
+    auto entries = Daemons(*o);
+    return entries.contains(node) ? entries[node] : json::object();
+  };
+  EXPECT_TRUE(cliques_->WaitFor(clique_key, [&](const std::optional<json>& o) {
+    const json e = clique_entry(o);
+    return e.value("reason", "") == "FabricUnhealthy" && e.value("message", "") == message;
+  })) << cliques_->Get(clique_key).value_or(json()).dump(1);
+  EXPECT_TRUE(WaitForEvent(uid, "NotReady", "IMEX daemons not ready on: " + node + " (" + message + ")"));
+
+  ASSERT_EQ(SetMockFabric(driver.driver_root, json::object()), "");  // the profile's: healthy
+  ASSERT_TRUE(cds_->WaitFor(CdKey("cd-fabric"), ready)) << daemon_log() << cds_->Get(CdKey("cd-fabric"))->dump(1);
+  EXPECT_TRUE(cliques_->WaitFor(clique_key, [&](const std::optional<json>& o) {
+    const json e = clique_entry(o);
+    return e.value("status", "") == "Ready" && !e.contains("reason") && !e.contains("message");
+  })) << cliques_->Get(clique_key).value_or(json()).dump(1);
+  auto annotations = env_->client->Get(k8s::resources::kPods, kDriverNs, pod);
+  ASSERT_TRUE(annotations.ok());
+  EXPECT_FALSE((*annotations)["metadata"]["annotations"].contains("resource.nvidia.com/computeDomain.daemonStatusReason"))
+      << (*annotations)["metadata"].dump();
+
+  ASSERT_EQ(kill(daemon.pid(), SIGTERM), 0);
+  EXPECT_EQ(daemon.WaitExit(30s), std::optional<int>(0)) << daemon_log();
+  k8s::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  ASSERT_TRUE(env_->client->Delete(k8s::resources::kPods, kDriverNs, pod, now).ok());
+  DeleteCdAndExpectNothingLeft(cd);
+  controller->Stop();
+  std::filesystem::remove_all(driver.dir);
 }
 
 TEST_F(CdControllerTest, RemovesObjectsOfVanishedDomainsAtStart) {

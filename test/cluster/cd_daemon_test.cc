@@ -10,8 +10,11 @@
 // become Ready, nodes.cfg and hosts content, a SIGKILLed nvidia-imex is seen
 // (NotReady) and restarted (Ready), SIGTERM turns only the daemon's own entry
 // NotReady, a daemon of domain A never touches domain B's clique, `check`
-// exit codes, empty clique ID, missing COMPUTE_DOMAIN_UUID. Prints the time
-// from daemon start to Ready entry.
+// exit codes, empty clique ID, missing COMPUTE_DOMAIN_UUID, and (with a mock
+// NVML driver root) a GPU whose NVLink fabric turns unhealthy makes the
+// entry NotReady with its reason until it is healthy again. The other
+// daemons run without NVML (none on this machine): no fabric check. Prints
+// the time from daemon start to Ready entry.
 
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +43,7 @@
 #include "gpu_plugin_harness.h"
 #include "k8s/cache/informer.h"
 #include "k8s/rest_list_watch.h"
+#include "mock_fabric.h"
 
 namespace nvdra::testing {
 namespace {
@@ -67,7 +71,9 @@ json StandInCliqueCrd() {
                   {"ipAddress", {{"type", "string"}}},
                   {"cliqueID", {{"type", "string"}}},
                   {"index", {{"type", "integer"}}},
-                  {"status", kStatusSchema}}}};
+                  {"status", kStatusSchema},
+                  {"reason", {{"type", "string"}}},
+                  {"message", {{"type", "string"}}}}}};
   json schema = {{"type", "object"},
                  {"x-kubernetes-preserve-unknown-fields", true},
                  {"properties",
@@ -125,7 +131,8 @@ std::map<std::string, json> Entries(const json& clique) {
 }
 
 // STAND-IN for the chart's computedomains CRD (issue 9): status subresource,
-// status.nodes a list-map keyed by name with `index` optional.
+// status.nodes a list-map keyed by name with `index`, `reason` and `message`
+// optional.
 json StandInComputeDomainCrd() {
   json node = {{"type", "object"},
                {"required", json::array({"name", "ipAddress", "cliqueID"})},
@@ -134,7 +141,9 @@ json StandInComputeDomainCrd() {
                  {"ipAddress", {{"type", "string"}}},
                  {"cliqueID", {{"type", "string"}}},
                  {"index", {{"type", "integer"}}},
-                 {"status", kStatusSchema}}}};
+                 {"status", kStatusSchema},
+                 {"reason", {{"type", "string"}}},
+                 {"message", {{"type", "string"}}}}}};
   json schema = {{"type", "object"},
                  {"x-kubernetes-preserve-unknown-fields", true},
                  {"properties",
@@ -698,6 +707,88 @@ TEST_F(CdDaemonTest, IpModeListsPeerIpsInTheDomainStatusAndRestartsImexOnChange)
   for (auto& n : nodes) n->process->Stop();
   ASSERT_TRUE(cd_watch_->WaitFor("cd-ip", ready_count(0)));
   for (auto& n : nodes) fs::remove_all(n->dir);
+}
+
+// A GB200 node (mock NVML, gb200-tray) whose GPU 1 reports its NVLink fabric
+// unhealthy while nvidia-imex stays READY: the daemon's entry in the
+// domain's status (gate ComputeDomainCliques off: the daemon writes it
+// itself) turns NotReady with reason FabricUnhealthy and a message naming
+// the GPU, summary and mask; healthy again: Ready, reason and message gone.
+// LIMITED_CAPACITY keeps it Ready and only warns.
+TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealthyAgain) {
+  PluginNodeDir driver;
+  const std::string made = MakePluginNodeDir("cd-daemon-fabric", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
+                                             std::string(NVDRA_MOCKNVML_PROFILES_DIR) + "/gb200-tray.json",
+                                             NVDRA_MOCKNVML_PATH, &driver);
+  ASSERT_EQ(made, "");
+  const std::string gpu = "GPU-b200b200-0000-0000-0000-000000000001";
+  json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
+             {"kind", "ComputeDomain"},
+             {"metadata", {{"name", "cd-fabric"}, {"namespace", kNamespace}}},
+             {"spec", {{"numNodes", 1}, {"channel", {{"resourceClaimTemplate", {{"name", "cd-fabric-channel"}}}}}}}};
+  auto created = env_->client->Create(k8s::resources::kComputeDomains, kNamespace, cd);
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto n = MakeNode("node-fabric", Ip(60));
+  // IP mode with numNodes 1: nvidia-imex starts without an index writer.
+  StartDaemon(*n, (*created)["metadata"]["uid"], "1",
+              {"FEATURE_GATES=IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false",
+               "COMPUTE_DOMAIN_NAME=cd-fabric", "COMPUTE_DOMAIN_NAMESPACE=" + std::string(kNamespace),
+               "DRIVER_ROOT_CTR_PATH=" + driver.driver_root.string(), "IMEX_READY_POLL_INTERVAL_MS=100"});
+  const std::string node = n->node;
+  auto entry = [&](const std::optional<json>& c) {
+    if (!c) return json::object();
+    auto entries = Entries(*c);
+    auto it = entries.find(node);
+    return it == entries.end() ? json::object() : it->second;
+  };
+  auto is_ready = [&](const std::optional<json>& c) {
+    const json e = entry(c);
+    return e.value("status", "") == "Ready" && !e.contains("reason") && !e.contains("message");
+  };
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", is_ready, 60s)) << Log(*n);
+  EXPECT_NE(Slurp(n->log()).find("NVML loaded"), std::string::npos) << Log(*n);
+  const pid_t imex = ImexPid(*n);
+  ASSERT_GT(imex, 0);
+
+  const auto unhealthy_at = Clock::now();
+  ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", "unhealthy"}, {"healthMask", 16}}}}), "");
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", [&](const std::optional<json>& c) {
+    return entry(c).value("status", "") == "NotReady";
+  })) << Log(*n);
+  std::printf("BENCH cd_daemon.fabric_unhealthy_to_not_ready_ms=%.1f (ready poll 100 ms)\n",
+              std::chrono::duration<double, std::milli>(Clock::now() - unhealthy_at).count());
+  const json sick = entry(cd_watch_->Get("cd-fabric"));
+  EXPECT_EQ(sick.value("reason", ""), "FabricUnhealthy") << sick;
+  EXPECT_EQ(sick.value("message", ""),
+            "NVLink fabric unhealthy: " + gpu + " (healthSummary Unhealthy, healthMask 0x10: route unhealthy)")
+      << sick;
+  EXPECT_EQ(ImexPid(*n), imex) << "nvidia-imex is left running";
+  EXPECT_EQ(Check(*n), 0) << "nvidia-imex itself is still READY";
+  // Logged once per change, not per poll.
+  std::this_thread::sleep_for(500ms);
+  const std::string log = Slurp(n->log());
+  const auto first = log.find("NVLink fabric unhealthy: this node's entry says NotReady");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("NVLink fabric unhealthy: this node's entry says NotReady", first + 1), std::string::npos) << log;
+  EXPECT_NE(log.find(gpu, first), std::string::npos) << log;
+
+  ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", "healthy"}, {"healthMask", 0}}}}), "");
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", is_ready)) << Log(*n) << cd_watch_->Get("cd-fabric")->dump(1);
+  EXPECT_NE(Slurp(n->log()).find("NVLink fabric healthy again"), std::string::npos) << Log(*n);
+
+  // Limited capacity: a warning, the entry stays Ready.
+  ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", "limited_capacity"}, {"healthMask", 1}}}}),
+            "");
+  EXPECT_TRUE(Eventually([&] { return Slurp(n->log()).find("limited capacity") != std::string::npos; })) << Log(*n);
+  EXPECT_TRUE(is_ready(cd_watch_->Get("cd-fabric"))) << cd_watch_->Get("cd-fabric")->dump(1);
+
+  ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
+  EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
+  ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", [&](const std::optional<json>& c) {
+    return c && !Entries(*c).contains(node);
+  }));
+  fs::remove_all(n->dir);
+  fs::remove_all(driver.dir);
 }
 
 TEST_F(CdDaemonTest, EmptyCliqueIdOnlyLabelsThePodAndWaitsForSigterm) {

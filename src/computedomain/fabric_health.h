@@ -8,12 +8,11 @@
 // Defines: FabricReader, ReadNodeFabric(), DescribeHealthMask(),
 // FabricHealth, JudgeFabricHealth().
 //
-// Rules, per GPU:
-//   healthSummary UNHEALTHY, or state COMPLETED with a non-success fabric
-//     status (registration failed)            -> unhealthy: NotReady
-//   healthSummary LIMITED_CAPACITY            -> limited: stays Ready, a warning
-//   NOT_SUPPORTED (call or state), HEALTHY, no summary (v2 and older
-//     drivers), NOT_STARTED/IN_PROGRESS       -> no verdict (fine)
+// Rules, per GPU (nvml/fabric_health.h, shared with the GPU plugin's device
+// health check):
+//   kUnhealthy                                -> NotReady
+//   kLimitedCapacity                          -> stays Ready, a warning
+//   kFine, or the call NOT_SUPPORTED          -> no verdict (fine)
 //   the call failing otherwise (GPU lost...)  -> unreadable: no verdict, a warning;
 //     nvidia-imex's own readiness still counts, and a lost GPU is the GPU
 //     plugin's health check's business (device taints).
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "nvml/fabric.h"
+#include "nvml/fabric_health.h"
 #include "nvml/library.h"
 
 namespace nvdra::computedomain {
@@ -40,9 +40,7 @@ using FabricReader = std::function<std::vector<nvml::DeviceFabric>()>;
 // "GPU <index>".
 std::vector<nvml::DeviceFabric> ReadNodeFabric(const nvml::Library& library);
 
-// The healthMask's set conditions in words ("route unhealthy, degraded
-// bandwidth"); "" when none is set.
-std::string DescribeHealthMask(std::uint32_t mask);
+using nvml::DescribeHealthMask;
 
 struct FabricHealth {
   // One line per GPU: "GPU-... (healthSummary Unhealthy, healthMask 0x10: route unhealthy)".

@@ -11,6 +11,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "gpu/mig_profile.h"
+#include "nvml/fabric_health.h"
 
 namespace nvdra::gpu {
 
@@ -429,21 +430,16 @@ void NvmlHealthMonitor::CheckFabric(std::vector<HealthNote>& notes) {
       LOG_INFO(4, "device health: reading the fabric info failed", {{"gpu", uuid}, {"error", fabric.status().ToString()}});
       continue;
     }
-    const bool failed = fabric->state == nvml::abi::NVML_GPU_FABRIC_STATE_COMPLETED &&
-                        fabric->status != nvml::abi::NVML_SUCCESS;
-    const unsigned char summary = fabric->health_summary.value_or(0);
+    const nvml::FabricVerdict verdict = nvml::JudgeFabric(*fabric);
     const std::vector<std::string> devices = DevicesOfGpu(uuid);
-    const std::string mask = fabric->health_mask ? fmt::format("0x{:x}", *fabric->health_mask) : "none";
-    if (failed || summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY ||
-        summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_LIMITED_CAPACITY) {
-      const bool unhealthy = failed || summary == nvml::abi::NVML_GPU_FABRIC_HEALTH_SUMMARY_UNHEALTHY;
+    if (verdict != nvml::FabricVerdict::kFine) {
+      const bool unhealthy = verdict == nvml::FabricVerdict::kUnhealthy;
       DeviceTaint taint{.key = std::string(kTaintKeyNvlinkFabric),
                         .value = unhealthy ? "unhealthy" : "limited-capacity",
                         .effect = unhealthy ? TaintEffect::kNoSchedule : TaintEffect::kNone,
                         .since = std::chrono::system_clock::now()};
-      const std::string text = fmt::format("NVLink fabric of GPU {} is {} (health mask {}{})", uuid, taint.value, mask,
-                                           failed ? ", registration failed" : "");
-      Record(devices, taint, text, notes);
+      Record(devices, taint, fmt::format("NVLink fabric {}: {}", taint.value, nvml::DescribeFabric(uuid, *fabric)),
+             notes);
       continue;
     }
     if (book_.Clear(devices, kTaintKeyNvlinkFabric)) {

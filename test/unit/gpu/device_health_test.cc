@@ -340,7 +340,7 @@ TEST_F(MonitorTest, NvlinkFabricHealthFollowsTheFabricInfo) {
   ASSERT_EQ(taints.size(), 1u);
   EXPECT_EQ(DeviceTaintJson(taints[device][0]),
             json::parse(R"({"key":"gpu.nvidia.com/nvlink-fabric","value":"unhealthy","effect":"NoSchedule"})"));
-  EXPECT_THAT(Notes()[0].text, HasSubstr("health mask 0x10"));
+  EXPECT_THAT(Notes()[0].text, HasSubstr("healthMask 0x10: route unhealthy"));
 
   set_fabric({{"healthSummary", "limited_capacity"}, {"healthMask", 0}});
   ASSERT_TRUE(AwaitNotes(2));

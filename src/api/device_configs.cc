@@ -132,18 +132,20 @@ const DriverConfigKinds* ConfigKindsOfDriver(std::string_view driver) {
   return nullptr;
 }
 
-StatusOr<json> DeviceConfigList(const json& devices, std::string_view where) {
-  if (devices.is_null()) return json::array();
+StatusOr<const json*> DeviceConfigList(const json& devices, std::string_view where) {
+  static const json* const kEmpty = new json(json::array());
+  if (devices.is_null()) return kEmpty;
   if (!devices.is_object()) return common::InvalidArgumentError(fmt::format("{}: must be an object", where));
   const json* config = JsonFind(devices, "config");
-  if (config == nullptr) return json::array();
+  if (config == nullptr) return kEmpty;
   if (!config->is_array()) return common::InvalidArgumentError(fmt::format("{}.config: must be a list", where));
-  return *config;
+  return config;
 }
 
 Status ValidateDeviceConfigs(const json& devices, std::string_view where, const common::FeatureGates& gates,
                              std::string_view only_driver) {
-  ASSIGN_OR_RETURN(const json configs, DeviceConfigList(devices, where));
+  ASSIGN_OR_RETURN(const json* const config_list, DeviceConfigList(devices, where));
+  const json& configs = *config_list;
   std::vector<std::string> problems;
   std::size_t class_index = 0;
   std::size_t claim_index = 0;

@@ -48,7 +48,9 @@ const DriverConfigKinds* ConfigKindsOfDriver(std::string_view driver);
 // wrong type. Non-opaque entries and other drivers' are not looked at.
 // `devices.config`, or an empty list when there is none; kInvalidArgument
 // when `devices` is not an object or its `config` not a list.
-common::StatusOr<nlohmann::json> DeviceConfigList(const nlohmann::json& devices, std::string_view where);
+// A pointer into `devices` (or to a static empty list): never a copy, as a
+// hostile object's list can be large.
+common::StatusOr<const nlohmann::json*> DeviceConfigList(const nlohmann::json& devices, std::string_view where);
 
 [[nodiscard]] common::Status ValidateDeviceConfigs(const nlohmann::json& devices, std::string_view where,
                                                    const common::FeatureGates& gates,

@@ -1,6 +1,6 @@
 #pragma once
 
-// Bounds on JSON nesting from outside input. nlohmann's parser is iterative,
+// Bounds on JSON nesting and size from outside input. nlohmann's parser is iterative,
 // but copying, comparing and printing a value recurse once per level: an
 // AdmissionReview or ResourceClaim nesting ~100,000 arrays overflows a
 // thread's stack long after it parsed. Components that take JSON from
@@ -22,5 +22,11 @@ inline constexpr std::size_t kMaxJsonNesting = 512;
 // do not count. Malformed text is judged by its brackets alone (the parser
 // refuses it afterwards).
 bool JsonNestsDeeperThan(std::string_view text, std::size_t limit = kMaxJsonNesting);
+
+// Whether `text` holds more than `limit` JSON values, counted as containers
+// opened plus separators (outside strings): an upper bound on the nodes its
+// parsed tree has, so a caller can refuse a body whose tree would be many
+// times its size before parsing it. Linear, no allocation.
+bool JsonHasMoreValuesThan(std::string_view text, std::size_t limit);
 
 }  // namespace nvdra::common

@@ -20,6 +20,7 @@
 //   its finalizers and labels changed and be deleted.
 // Thread-safety: pure functions.
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,9 @@ namespace nvdra::webhook {
 
 // The path upstream's chart points the ValidatingWebhookConfiguration at.
 inline constexpr std::string_view kValidatePath = "/validate-resource-claim-parameters";
+
+// The most JSON values an AdmissionReview may hold (common::JsonHasMoreValuesThan).
+inline constexpr std::size_t kMaxAdmissionValues = 100'000;
 // Our drivers' names (api/device_configs.h), for the webhook configuration.
 using api::kComputeDomainDriverName;
 using api::kGpuDriverName;

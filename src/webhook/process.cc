@@ -1,5 +1,7 @@
 #include "webhook/process.h"
 
+#include <malloc.h>
+
 #include <memory>
 
 #include "common/log.h"
@@ -11,8 +13,25 @@
 
 namespace nvdra::webhook {
 
+namespace {
+
+// A request body of up to kMaxBodyBytes and its JSON tree are the only large
+// allocations the webhook makes. With glibc's defaults, memory freed after
+// such a request stays in the thread's arena (RSS grew to 269 MB under
+// repeated 7.5 MB bodies and stayed there). Large blocks from mmap go back to
+// the kernel when freed; two arenas and a low trim threshold return the rest.
+void ReturnLargeFreesToTheKernel() {
+  constexpr int kLargeBlock = 128 * 1024;
+  mallopt(M_ARENA_MAX, 2);
+  mallopt(M_MMAP_THRESHOLD, kLargeBlock);  // also turns off glibc's growing threshold
+  mallopt(M_TRIM_THRESHOLD, kLargeBlock);
+}
+
+}  // namespace
+
 common::Status RunWebhookProcess(const Config& config, const common::FeatureGates& gates,
                                  common::ShutdownSignals& signals) {
+  ReturnLargeFreesToTheKernel();
   common::MetricsRegistry registry;
   ASSIGN_OR_RETURN(std::unique_ptr<ServingCertificate> certificate,
                    ServingCertificate::Start(config.tls_cert_file, config.tls_private_key_file, registry)

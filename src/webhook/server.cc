@@ -1,7 +1,10 @@
 #include "webhook/server.h"
 
 
+#include <malloc.h>
+
 #include <chrono>
+#include <mutex>
 #include <utility>
 
 #include <fmt/format.h>
@@ -33,6 +36,9 @@ struct WebhookServer::State {
                      .WithLabels({})) {}
 
   const common::FeatureGates gates;
+  // One large body reviewed at a time: its JSON tree is several times its
+  // size, and the bodies already held by the other workers are bounded.
+  std::mutex large_review;
   httplib::SSLServer server;
   common::CounterFamily requests;
   common::Histogram duration;
@@ -49,8 +55,8 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOption
   State* raw = state.get();
   httplib::Server& server = state->server;
   // An AdmissionReview carries the object twice on UPDATE; etcd caps one
-  // object at 1.5 MiB.
-  server.set_payload_max_length(std::size_t{8} << 20);
+  // object at 1.5 MiB. Anything larger is refused with 413 before it is read.
+  server.set_payload_max_length(kMaxBodyBytes);
   // httplib's workers wait out an idle keep-alive connection before they
   // notice stop(), so this bounds how long shutdown waits after the last
   // request (Go's Shutdown closes idle connections at once). The API server
@@ -61,7 +67,15 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOption
   server.set_tcp_nodelay(true);
   server.Post(std::string(kValidatePath), [raw](const httplib::Request& request, httplib::Response& response) {
     const auto started = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> large;
+    if (request.body.size() > kLargeBodyBytes) large = std::unique_lock(raw->large_review);
     AdmissionReply reply = ReviewAdmission(request.get_header_value("Content-Type"), request.body, raw->gates);
+    if (large.owns_lock()) {
+      // The tree's many small blocks came from the heap: give the pages
+      // back now rather than keep the peak for the life of the process.
+      malloc_trim(0);
+      large.unlock();
+    }
     raw->duration.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     raw->requests.WithLabels({reply.resource, std::string(AdmissionOutcomeName(reply.outcome))}).Inc();
     switch (reply.outcome) {

@@ -13,6 +13,7 @@
 // the threads (graceful shutdown on SIGTERM).
 // Thread-safety: thread-safe (the accessors are immutable after Start).
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,13 @@
 #include "webhook/serving_certificate.h"
 
 namespace nvdra::webhook {
+
+// The largest request body read: an AdmissionReview carries the object twice
+// (UPDATE), and etcd caps one object at 1.5 MiB. Larger bodies get 413.
+inline constexpr std::size_t kMaxBodyBytes = std::size_t{4} << 20;
+// Bodies above this are reviewed one at a time (their JSON tree is several
+// times their size), so memory stays bounded under many large requests.
+inline constexpr std::size_t kLargeBodyBytes = std::size_t{64} << 10;
 
 struct ServerOptions {
   // Address to listen on; empty: every interface (IPv6 and IPv4), as Go's ":port".

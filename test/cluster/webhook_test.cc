@@ -16,7 +16,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -352,6 +354,82 @@ TEST_F(WebhookClusterTest, ServesARotatedCertificateWithoutRestart) {
   ExpectAdmitted(Claim("after-rotation-valid", "v1", json::array({Opaque("gpu.nvidia.com", Params("GpuConfig"))})));
   EXPECT_EQ(webhook_->pid(), pid);
   EXPECT_FALSE(webhook_->TryWait().has_value()) << "the webhook exited";
+}
+
+// /proc/<pid>/status field `key` in KiB (VmRSS, VmHWM); -1 when unreadable.
+long ProcStatusKiB(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stol(line.substr(key.size() + 1));
+  }
+  return -1;
+}
+
+// Hostile bodies straight to the webhook's port (any pod can reach it):
+// 16 clients at a time, four rounds of a 3.9 MB review of 7,800 bad configs,
+// 99,000 tiny values, 300,000 values (refused before parsing) and a body
+// over the 4 MiB cap (413). The process's peak stays under the chart's
+// memory request (values.yaml webhook...resources.requests.memory, 64Mi),
+// its RSS goes back near its idle size, and /readyz answers throughout.
+TEST_F(WebhookClusterTest, HoldsItsMemoryUnderTheChartRequestUnderLargeHostileBodies) {
+  constexpr long kChartRequestKiB = 64 * 1024;
+  const std::string head =
+      R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x","kind":{"group":"resource.k8s.io","version":"v1","kind":"ResourceClaim"},"resource":{"group":"resource.k8s.io","version":"v1","resource":"resourceclaims"},"operation":"CREATE","object":{"spec":{"devices":{"config":[)";
+  const std::string tail = "]}}}}}";
+  const auto repeat = [](const std::string& item, std::size_t n) {
+    std::string out;
+    out.reserve((item.size() + 1) * n);
+    for (std::size_t i = 0; i < n; ++i) out += (i == 0 ? "" : ",") + item;
+    return out;
+  };
+  const std::string bad_config =
+      R"({"opaque":{"driver":"gpu.nvidia.com","parameters":{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","x":")" +
+      std::string(380, 'y') + R"("}}})";
+  const std::string tiny = R"({"opaque":{"driver":"gpu.nvidia.com","parameters":{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","x":[)" +
+                           repeat("1", 99'000) + "]}}}";
+  struct Body {
+    std::string text;
+    int status;
+  };
+  const std::vector<Body> bodies = {
+      {head + repeat(bad_config, 7'800) + tail, 200},                    // denied in the AdmissionReview
+      {head + tiny + tail, 200},                                         // 99,000 values: parsed, denied
+      {head + repeat(R"({"opaque":{"x":[1,2,3]}})", 75'000) + tail, 400},  // over 100,000 values
+      {head + repeat(bad_config, 11'000) + tail, 413},                   // over the 4 MiB cap
+  };
+  const pid_t pid = webhook_->pid();
+  const long idle_kib = ProcStatusKiB(pid, "VmRSS");
+  ASSERT_GT(idle_kib, 0);
+  for (int round = 0; round < 4; ++round) {
+    for (const Body& body : bodies) {
+      std::vector<std::thread> clients;
+      std::atomic<int> wrong{0};
+      for (int i = 0; i < 16; ++i) {
+        clients.emplace_back([&] {
+          httplib::SSLClient client("127.0.0.1", port_);
+          client.enable_server_certificate_verification(false);
+          client.set_read_timeout(60s);
+          client.set_write_timeout(60s);
+          auto response = client.Post(std::string("/validate-resource-claim-parameters"), body.text, "application/json");
+          if (!response || response->status != body.status) ++wrong;
+        });
+      }
+      for (std::thread& client : clients) client.join();
+      EXPECT_EQ(wrong.load(), 0) << "answers other than " << body.status << " to a " << body.text.size()
+                                 << "-byte body";
+    }
+    httplib::SSLClient probe("127.0.0.1", port_);
+    probe.enable_server_certificate_verification(false);
+    auto ready = probe.Get("/readyz");
+    EXPECT_TRUE(ready && ready->status == 200) << "round " << round;
+  }
+  const long peak_kib = ProcStatusKiB(pid, "VmHWM");
+  const long after_kib = ProcStatusKiB(pid, "VmRSS");
+  std::printf("webhook memory: idle VmRSS %ld KiB, peak VmHWM %ld KiB, after VmRSS %ld KiB\n", idle_kib, peak_kib,
+              after_kib);
+  EXPECT_LT(peak_kib, kChartRequestKiB) << "the peak must fit the chart's memory request";
+  EXPECT_LT(after_kib, idle_kib + 8 * 1024) << "memory freed after the load goes back to the kernel";
 }
 
 // Last in the file (gtest runs tests in order): stops the webhook.

@@ -435,6 +435,21 @@ TEST(ReviewAdmission, RefusesJsonNestedDeeperThanAnyClaimBeforeParsingIt) {
   EXPECT_NE(reply.message.find("must be an object with apiVersion and kind"), std::string::npos) << reply.message;
 }
 
+// A body of tiny values parses into a tree ~50 times its size: one with more
+// values than any claim the API server accepts is refused before parsing.
+TEST(ReviewAdmission, RefusesMoreJsonValuesThanAnyClaimBeforeParsingIt) {
+  std::string many = "[0";
+  for (std::size_t i = 1; i < kMaxAdmissionValues; ++i) many += ",0";
+  many += "]";
+  AdmissionReply reply = ReviewAdmission("application/json", ReviewWithParameters(many), Gates());
+  EXPECT_EQ(reply.http_status, 400);
+  EXPECT_NE(reply.message.find("more than 100000 JSON values"), std::string::npos) << reply.message;
+
+  reply = ReviewAdmission("application/json", ReviewWithParameters("[0,0,0]"), Gates());
+  EXPECT_EQ(reply.http_status, 200);
+  EXPECT_EQ(reply.outcome, AdmissionOutcome::kDenied);
+}
+
 // A denial does not echo a huge input back: long keys are cut, and only the
 // first ten problems are listed.
 TEST(ValidateDeviceConfigs, DenialsStaySmallWhateverTheInput) {

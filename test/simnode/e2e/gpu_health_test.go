@@ -41,7 +41,7 @@ const (
 	floodEvents   = 1000
 	floodFirstXid = 1000
 	// floodPodBound: how long the pod created during the flood may take to
-	// run (measured and logged; a few seconds on a 2-core machine).
+	// run (measured and logged: under a second on a 2-core machine).
 	floodPodBound = 60 * time.Second
 	// gpusPerNode: the h100-sxm profile's GPUs (MIG off: one device each).
 	gpusPerNode = 8

@@ -12,6 +12,8 @@ Inputs (in the raw directory given as argv[1]):
                              seen through a watch (gpu_vfio.*)
   gpu_sharing_mps.jsonl      test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
   gpu_plugin_kubelet.json    test/simnode TestGPUPluginKubeletPrepareLatency: through the kubelet
+  gpu_health.json            test/simnode TestGPUDeviceHealthLatency: XID to the device taint in the slice and to
+                             the pod's status Unhealthy, reset annotation to both cleared (gpu_health.*)
   cd_e2e.jsonl               test/simnode TestComputeDomainOnSimulatedGB200Nodes: daemon start to Ready
                              entry, Ready entry to the waiting channel claim prepared (JSON lines)
   cd_scale.jsonl             test/simnode TestComputeDomainScaleBench: a ComputeDomain workload on N
@@ -139,6 +141,17 @@ def gpu_plugin_kubelet(path, results):
                             "unit": "ms", "better": "lower"})
 
 
+def gpu_health(path, results):
+    """NVMLDeviceHealthCheck latency on a simulated node: from an injected XID to the taint in the slice and to
+    the pod's allocatedResourcesStatus Unhealthy, and from the reset annotation to both cleared."""
+    with open(path) as f:
+        data = json.load(f)
+    for key in ("xid_to_slice_taint", "xid_to_pod_unhealthy", "reset_to_slice_cleared", "reset_to_pod_healthy"):
+        for p in ("p50", "p99"):
+            results.append({"name": f"gpu_health.{key}_{p}_ms", "value": data[key][f"{p}_ms"], "unit": "ms",
+                            "better": "lower"})
+
+
 def cd_e2e(path, results):
     """test/simnode TestComputeDomainOnSimulatedGB200Nodes (SIMNODE_CD_BENCH_OUT): one JSON line per
     figure and node ({"bench", "node", "ms"}); the median over the nodes, and the maximum for the
@@ -219,7 +232,8 @@ def main():
                            ("gpu_sharing_time_sliced.json", gpu_sharing_time_sliced),
                            ("gpu_dynamic_mig.json", gpu_dynamic_mig),
                            ("gpu_vfio.json", gpu_vfio),
-                           ("gpu_plugin_kubelet.json", gpu_plugin_kubelet)):
+                           ("gpu_plugin_kubelet.json", gpu_plugin_kubelet),
+                           ("gpu_health.json", gpu_health)):
         if os.path.exists(os.path.join(raw, entry)):
             collect(os.path.join(raw, entry), results)
     if os.path.exists(os.path.join(raw, "gpu_sharing_mps.jsonl")):

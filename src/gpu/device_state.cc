@@ -67,6 +67,7 @@ GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, Compu
       mps_(options.mps),
       dynamic_mig_(options.dynamic_mig),
       vfio_(options.vfio),
+      fabric_(options.fabric),
       device_metadata_(std::move(options.device_metadata)),
       on_withdrawn_changed_(std::move(options.on_withdrawn_changed)) {
   for (const GpuInfo& gpu : inventory_.gpus) {
@@ -123,6 +124,35 @@ std::string GpuDeviceState::BusIdOf(const std::string& device) const {
                         [](const VfioSlot& vfio) { return vfio.function.bus_id; },
                     },
                     it->second);
+}
+
+const GpuInfo* GpuDeviceState::WholeGpuOf(const std::string& device) const {
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return nullptr;
+  if (const auto* gpu = std::get_if<FullGpuDevice>(&it->second)) return &gpu->gpu;
+  if (const auto* vfio = std::get_if<VfioSlot>(&it->second)) return vfio->parent;
+  return nullptr;
+}
+
+StatusOr<std::optional<std::uint32_t>> GpuDeviceState::FabricPartitionOf(const std::vector<std::string>& devices) const {
+  std::set<std::uint32_t> modules;
+  for (const std::string& device : devices) {
+    const GpuInfo* gpu = WholeGpuOf(device);
+    if (gpu == nullptr) continue;
+    if (!gpu->module_id || *gpu->module_id == 0) {
+      return common::FailedPreconditionError(fmt::format(
+          "Fabric Manager: GPU {} ({}) has no module id (it was on vfio-pci when the plugin started); its "
+          "partition cannot be found until the plugin restarts with the GPU on nvidia",
+          device, gpu->pci.bus_id));
+    }
+    modules.insert(*gpu->module_id);
+  }
+  if (modules.empty()) return std::optional<std::uint32_t>();
+  if (std::optional<std::uint32_t> id = fabric_->table().Exactly(modules)) return id;
+  return common::FailedPreconditionError(fmt::format(
+      "Fabric Manager: the claim's GPUs (module ids {}) are not exactly one fabric partition; ask the scheduler for "
+      "GPUs of one partition with a constraint matchAttribute: gpu.nvidia.com/partition{}",
+      fmt::join(modules, ","), modules.size()));
 }
 
 std::set<std::string> GpuDeviceState::Withdrawn() const {
@@ -218,6 +248,18 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
         "claim {} has {} VFIO device groups (devices under different VfioDeviceConfigs), but at most one is "
         "supported per claim: use one VfioDeviceConfig for all its VFIO requests",
         claim.ref.uid, vfio_groups));
+  }
+  if (fabric_ != nullptr) {
+    // Before the GPUs are touched (upstream's order: VFIO binds come after).
+    std::vector<std::string> names;
+    for (const api::ConfiguredResults& configured : claim.groups) {
+      for (const api::AllocatedDevice& allocated : configured.results) names.push_back(allocated.device);
+    }
+    ASSIGN_OR_RETURN(const std::optional<std::uint32_t> partition, FabricPartitionOf(names));
+    if (partition) {
+      RETURN_IF_ERROR(fabric_->Activate(*partition));
+      common::CrashPoint("prepare-after-fabric-activate");
+    }
   }
   std::set<std::string> held;
   for (const api::ConfiguredResults& configured : claim.groups) {
@@ -451,6 +493,33 @@ std::map<std::string, std::string> GpuDeviceState::TimeSlicedGpus(const api::Con
   return uuids;
 }
 
+Status GpuDeviceState::DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim) {
+  // The entry's devices, or a PrepareStarted leftover's allocation (a crash
+  // may have come after the activation).
+  std::vector<std::string> names;
+  for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
+    for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) names.push_back(entry.device.device.device_name);
+  }
+  if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+    for (const api::ConfiguredResults& group : claim.view->groups) {
+      for (const api::AllocatedDevice& allocated : group.results) names.push_back(allocated.device);
+    }
+  }
+  for (const std::string& name : names) {
+    // Shared under consumable shares: the partition stays for the other claim.
+    if (WholeGpuOf(name) != nullptr && claim.held_by_other_claims.contains(name)) return common::OkStatus();
+  }
+  StatusOr<std::optional<std::uint32_t>> partition = FabricPartitionOf(names);
+  if (!partition.ok()) {
+    // Nothing this claim could have activated.
+    LOG_WARNING("Fabric Manager: no partition to deactivate for the claim",
+                {{"claim", claim.ref.uid}, {"reason", partition.status().message()}});
+    return common::OkStatus();
+  }
+  if (!*partition) return common::OkStatus();
+  return fabric_->Deactivate(**partition);
+}
+
 Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim) {
   // The GPUs whose time slice this claim changed, or may have changed, by
   // device name.
@@ -522,6 +591,7 @@ Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& clai
       if (!bus_id.empty()) RETURN_IF_ERROR(vfio_->Release(bus_id));
     }
   }
+  if (fabric_ != nullptr) RETURN_IF_ERROR(DeactivateFabricPartitionOf(claim));
   for (const std::string& id : daemons) {
     if (mps_ == nullptr) {
       LOG_ERROR("cannot stop an MPS control daemon: MPSSupport is off on this plugin; delete its Deployment by hand",

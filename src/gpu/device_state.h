@@ -53,6 +53,7 @@
 #include "gpu/compute_policy.h"
 #include "gpu/discovery.h"
 #include "gpu/dynamic_mig.h"
+#include "gpu/fabric_partitions.h"
 #include "gpu/mps_daemon.h"
 #include "gpu/vfio_passthrough.h"
 #include "kubeletplugin/claim_device_backend.h"
@@ -90,6 +91,10 @@ struct GpuDeviceStateOptions {
   const DynamicMig* dynamic_mig = nullptr;
   // PassthroughSupport: gpu-vfio-<n> devices. Null: off.
   VfioPassthrough* vfio = nullptr;
+  // FabricManagerPartitioning on an NVSwitch node: Prepare activates the
+  // partition of exactly the claim's full and VFIO GPUs, Unprepare
+  // deactivates it (gpu/fabric_partitions.h). Null: off.
+  FabricPartitions* fabric = nullptr;
   // Called, under pu.lock, when the devices to withdraw from the slice
   // change (PassthroughSupport), with the new Withdrawn().
   std::function<void(const std::set<std::string>& withdrawn)> on_withdrawn_changed{};
@@ -133,6 +138,16 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // holds (or another device of this claim) are a GPU and its VFIO twin.
   common::Status CheckPassthroughConflicts(const kubeletplugin::ClaimView& claim) const;
   void NoteHeld(const std::string& claim_uid, std::set<std::string> devices);
+  // The NVML GPU behind a full GPU or VFIO device name; null for others (and
+  // for a VFIO function NVML did not see at start-up).
+  const GpuInfo* WholeGpuOf(const std::string& device) const;
+  // FabricManagerPartitioning: the partition made of exactly the whole GPUs
+  // among `devices`; nullopt when there are none. kFailedPrecondition when
+  // those GPUs are no partition (the message says how to ask for one).
+  common::StatusOr<std::optional<std::uint32_t>> FabricPartitionOf(const std::vector<std::string>& devices) const;
+  // Unprepare: deactivates the claim's partition unless another prepared
+  // claim holds one of its GPUs.
+  common::Status DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim);
   // The full GPUs of `group` that its config asks to time-slice, by device
   // name -> UUID.
   std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;
@@ -150,6 +165,7 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   MpsDaemons* const mps_;
   const DynamicMig* const dynamic_mig_;
   VfioPassthrough* const vfio_;
+  FabricPartitions* const fabric_;
   const std::map<std::string, nlohmann::json> device_metadata_;
   const std::function<void(const std::set<std::string>&)> on_withdrawn_changed_;
   std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_ and vfio_'s functions

@@ -22,6 +22,7 @@
 #include "gpu/device_state.h"
 #include "gpu/discovery.h"
 #include "gpu/dynamic_mig.h"
+#include "gpu/fabric_partitions.h"
 #include "gpu/mps_daemon.h"
 #include "gpu/published_devices.h"
 #include "gpu/vfio_passthrough.h"
@@ -50,6 +51,7 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<MpsDaemons> mps;                     // MPSSupport only
   std::unique_ptr<DynamicMig> dynamic_mig;             // DynamicMIG only
   std::unique_ptr<VfioPassthrough> vfio;               // PassthroughSupport only
+  std::unique_ptr<FabricPartitions> fabric;           // FabricManagerPartitioning on an NVSwitch node only
   std::unique_ptr<SlicePublication> publication;
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<DeviceHealthBook> health_book;  // NVMLDeviceHealthCheck only
@@ -202,6 +204,37 @@ StatusOr<int> ServerMinorVersion(k8s::Client& client) {
   return value;
 }
 
+// FabricManagerPartitioning: Fabric Manager's partitions, when the node has
+// an NVSwitch fabric (null otherwise: no partition attributes, no
+// activation, as upstream; the log says why), and their attributes.
+StatusOr<std::unique_ptr<FabricPartitions>> OpenFabricPartitions(const PluginConfig& config,
+                                                                 const NodeInventory& inventory,
+                                                                 PublishOptions& publish) {
+  if (!NodeHasNvSwitchFabric(config.host_root)) {
+    LOG_INFO(0, "FabricManagerPartitioning: no NVSwitch fabric on this node; no partition attributes are "
+                "published and Prepare activates no partition",
+             {{"looked", (std::filesystem::path(config.host_root) / "proc/driver/nvidia-nvswitch/devices").string()}});
+    return std::unique_ptr<FabricPartitions>();
+  }
+  const fabricmanager::Address address = FabricManagerAddressFromEnv(config.plugin.container_driver_root);
+  StatusOr<std::unique_ptr<FmFabricPartitions>> fabric = FmFabricPartitions::Open(
+      {.driver_root = config.plugin.container_driver_root, .library_path = std::nullopt}, address,
+      std::chrono::seconds(10));
+  if (!fabric.ok()) {
+    return fabric.status().WithContext(
+        "FabricManagerPartitioning: reading Fabric Manager's partitions (is nvidia-fabricmanager running in "
+        "shared NVSwitch mode, FABRIC_MODE=1? Set NVIDIA_FABRICMANAGER_ADDRESS or NVIDIA_FABRICMANAGER_UNIX_SOCKET "
+        "where it listens elsewhere)");
+  }
+  for (const GpuInfo& gpu : inventory.gpus) {
+    if (!gpu.module_id || *gpu.module_id == 0) continue;
+    ASSIGN_OR_RETURN(publish.fabric_partitions[*gpu.module_id], (*fabric)->table().BySize(*gpu.module_id));
+  }
+  LOG_INFO(0, "FabricManagerPartitioning: Fabric Manager partitions read",
+           {{"partitions", (*fabric)->table().partitions().size()}, {"address", address.ToString()}});
+  return std::unique_ptr<FabricPartitions>(*std::move(fabric));
+}
+
 // The MPS control daemons' parts: the template, the Deployment watch.
 StatusOr<std::unique_ptr<MpsDaemons>> StartMps(const PluginConfig& config, const common::FeatureGates& gates,
                                                const PluginEnvironment& environment,
@@ -312,6 +345,10 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
              {{"functions", publish.vfio_functions.size()}, {"iommufd", publish.iommufd_enabled},
               {"hostRoot", config.host_root}});
   }
+  publish.fabric_manager_partitioning = gates.Enabled(common::kFabricManagerPartitioning);
+  if (publish.fabric_manager_partitioning) {
+    ASSIGN_OR_RETURN(parts->fabric, OpenFabricPartitions(config, inventory, publish));
+  }
   publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
   publish.dynamic_mig = gates.Enabled(common::kDynamicMIG);
   // Validated with the flags (and refused without the ConsumableShares gate).
@@ -372,6 +409,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
           .mps = parts->mps.get(),
           .dynamic_mig = parts->dynamic_mig.get(),
           .vfio = parts->vfio.get(),
+          .fabric = parts->fabric.get(),
           .on_withdrawn_changed = [publication = parts->publication.get()](
                                       const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); },
           .device_metadata = std::move(device_metadata)});

@@ -92,6 +92,18 @@ std::string CounterSetName(const GpuInfo& gpu) {
   return ToRfc1123(GpuDeviceName(gpu.minor) + "-counter-set");
 }
 
+// Upstream's addFabricManagerAttributes: the GPU's module id and, per size,
+// the Fabric Manager partition holding it.
+void AddFabricManagerAttributes(const GpuInfo& gpu, const PublishOptions& options, PublishedDevice& device) {
+  if (!options.fabric_manager_partitioning || !gpu.module_id || *gpu.module_id == 0) return;
+  device.attributes["gpuModuleID"] = static_cast<std::int64_t>(*gpu.module_id);
+  auto partitions = options.fabric_partitions.find(*gpu.module_id);
+  if (partitions == options.fabric_partitions.end()) return;
+  for (const auto& [size, id] : partitions->second) {
+    device.attributes[fmt::format("partition{}", size)] = static_cast<std::int64_t>(id);
+  }
+}
+
 PublishedDevice FullGpu(const GpuInfo& gpu, const NodeVersions& node, const GpuVersions& versions,
                         const PublishOptions& options) {
   PublishedDevice device;
@@ -99,9 +111,7 @@ PublishedDevice FullGpu(const GpuInfo& gpu, const NodeVersions& node, const GpuV
   device.attributes["type"] = std::string("gpu");
   device.attributes["uuid"] = gpu.uuid;
   AddParentAttributes(gpu, node, versions, options, device);
-  if (options.fabric_manager_partitioning && gpu.module_id && *gpu.module_id != 0) {
-    device.attributes["gpuModuleID"] = static_cast<std::int64_t>(*gpu.module_id);
-  }
+  AddFabricManagerAttributes(gpu, options, device);
   if (gpu.memory_bytes) device.capacity["memory"] = static_cast<std::int64_t>(*gpu.memory_bytes);
   return device;
 }
@@ -273,6 +283,7 @@ PublishedDevice VfioDevice(std::size_t index, const PciGpuFunction& function, co
     }
   }
   device.capacity["addressableMemory"] = static_cast<std::int64_t>(function.addressable_memory_bytes);
+  if (parent != nullptr) AddFabricManagerAttributes(*parent, options, device);
   return device;
 }
 

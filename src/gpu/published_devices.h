@@ -19,7 +19,8 @@
 //                         addressableMemory; the full GPU and its MIG devices
 //                         are the twin's siblings (VfioSiblings).
 //
-// Not here yet: Fabric Manager partition attributes, which need the FM API.
+//   FabricManagerPartitioning: gpuModuleID and partition<N> on full GPUs and
+//                         VFIO devices.
 // Thread-safety: values and pure functions.
 
 #include <cstdint>
@@ -113,6 +114,10 @@ struct PublishedResources {
 struct PublishOptions {
   bool dynamic_mig = false;                  // gate DynamicMIG
   bool fabric_manager_partitioning = false;  // gate FabricManagerPartitioning: gpuModuleID
+  // FabricManagerPartitioning on an NVSwitch node: GPU module id -> partition
+  // size -> partition id, published as partition<size> on full and VFIO
+  // devices (gpu/fabric_partitions.h).
+  std::map<std::uint32_t, std::map<std::size_t, std::uint32_t>> fabric_partitions{};
   bool list_type_attributes = false;         // gate DRAListTypeAttributes: numaNode as a list
   ConsumableShares consumable_shares{};      // full GPUs and static MIG devices
   // PassthroughSupport: the node's NVIDIA GPU PCI functions (PciSysfs::ListGpus

@@ -23,6 +23,8 @@
 #include "common/file_io.h"
 #include "gpu/claim_cdi.h"
 #include "gpu/dynamic_mig.h"
+#include "gpu/fabric_partitions.h"
+#include "gpu/published_devices.h"
 #include "gpu/mig_profile.h"
 #include "gpu/mps_daemon.h"
 #include "gpu/vfio_passthrough.h"
@@ -749,6 +751,169 @@ TEST_F(GpuDeviceStateVfioTest, TheSweepGivesBackWhatNoPreparedClaimHolds) {
   MakeState(std::move(*inventory));
   ASSERT_TRUE(state_->SweepLeftovers(kubeletplugin::Checkpoint{}).ok());
   EXPECT_EQ(DriverOf("0000:18:00.0"), "nvidia");
+}
+
+// FabricManagerPartitioning: Prepare activates the Fabric Manager partition
+// made of exactly the claim's GPUs (by module id) before touching them;
+// Unprepare deactivates it unless another prepared claim holds one of them.
+class FakeFabricPartitions final : public FabricPartitions {
+ public:
+  FakeFabricPartitions() {
+    auto partition = [](std::uint32_t id, std::vector<std::uint32_t> modules) {
+      fabricmanager::Partition p;
+      p.id = id;
+      for (std::uint32_t module : modules) {
+        fabricmanager::PartitionGpu gpu;
+        gpu.physical_id = module;
+        p.gpus.push_back(gpu);
+      }
+      return p;
+    };
+    table_ = *PartitionTable::From({partition(0, {1, 2, 3, 4}), partition(1, {1, 2}), partition(2, {3, 4}),
+                                    partition(3, {1}), partition(4, {2})});
+  }
+  const PartitionTable& table() const override { return table_; }
+  common::Status Activate(std::uint32_t id) override {
+    calls.push_back("activate " + std::to_string(id));
+    return failure;
+  }
+  common::Status Deactivate(std::uint32_t id) override {
+    calls.push_back("deactivate " + std::to_string(id));
+    return failure;
+  }
+  std::vector<std::string> calls;
+  common::Status failure;
+
+ private:
+  PartitionTable table_;
+};
+
+class GpuDeviceStateFabricTest : public GpuDeviceStateTest {
+ protected:
+  void SetUp() override {
+    GpuDeviceStateTest::SetUp();
+    NodeInventory inventory;
+    inventory.driver_version = kVersion;
+    for (std::uint32_t minor = 0; minor < 4; ++minor) {
+      GpuInfo gpu = Gpu(minor, "GPU-000" + std::to_string(minor));
+      gpu.module_id = minor + 1;
+      inventory.gpus.push_back(gpu);
+    }
+    state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_,
+                                              GpuDeviceStateOptions{.fabric = &fabric_});
+  }
+  static kubeletplugin::ClaimView Claim(const std::string& uid, std::vector<std::string> devices) {
+    api::ConfiguredResults group = Group(api::ConfigKind::kGpuConfig, devices.front());
+    group.results.clear();
+    for (const std::string& device : devices) {
+      group.results.push_back({.request = "r", .pool = "node-a", .device = device, .admin_access = false,
+                               .share_id = std::nullopt});
+    }
+    return {.ref = {.uid = uid, .name = "c", .ns = "ns"}, .groups = {group}};
+  }
+  FakeFabricPartitions fabric_;
+};
+
+TEST_F(GpuDeviceStateFabricTest, PrepareActivatesThePartitionOfExactlyTheClaimsGpusAndUnprepareDeactivatesIt) {
+  const kubeletplugin::ClaimView view = Claim("uid-fm", {"gpu-2", "gpu-3"});
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"activate 2"});
+
+  fabric_.calls.clear();
+  kubeletplugin::CheckpointedClaim entry;
+  entry.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  entry.prepared_devices = *groups;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"deactivate 2"});
+}
+
+TEST_F(GpuDeviceStateFabricTest, GpusThatAreNoPartitionAreRefusedNamingTheAttributeToMatch) {
+  auto groups = state_->PrepareDevices(Claim("uid-odd", {"gpu-0", "gpu-2"}));
+  ASSERT_FALSE(groups.ok());
+  EXPECT_EQ(groups.status().code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(groups.status().message(), HasSubstr("module ids 1,3"));
+  EXPECT_THAT(groups.status().message(), HasSubstr("matchAttribute: gpu.nvidia.com/partition2"));
+  EXPECT_TRUE(fabric_.calls.empty()) << "nothing activated";
+  EXPECT_FALSE(fs::exists(SpecFile("uid-odd")));
+}
+
+TEST_F(GpuDeviceStateFabricTest, AFailedActivationFailsPrepareAndAPrepareStartedLeftoverIsDeactivated) {
+  fabric_.failure = common::FailedPreconditionError("fmActivateFabricPartition(1): FM_ST_NVLINK_ERROR");
+  const kubeletplugin::ClaimView view = Claim("uid-nvlink", {"gpu-0", "gpu-1"});
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_FALSE(groups.ok());
+  EXPECT_THAT(groups.status().message(), HasSubstr("FM_ST_NVLINK_ERROR"));
+  EXPECT_FALSE(fs::exists(SpecFile("uid-nvlink")));
+
+  // A crash after the activation: the leftover has only its allocation.
+  fabric_.failure = common::OkStatus();
+  fabric_.calls.clear();
+  kubeletplugin::CheckpointedClaim entry;
+  entry.state = kubeletplugin::ClaimCheckpointState::kPrepareStarted;
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"deactivate 1"});
+}
+
+TEST_F(GpuDeviceStateFabricTest, APartitionStaysWhileAnotherClaimHoldsItsGpus) {
+  const kubeletplugin::ClaimView view = Claim("uid-shared", {"gpu-0"});
+  auto groups = state_->PrepareDevices(view);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"activate 3"});
+  fabric_.calls.clear();
+  kubeletplugin::CheckpointedClaim entry;
+  entry.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  entry.prepared_devices = *groups;
+  ASSERT_TRUE(state_->UnprepareDevices(
+                        {.ref = view.ref, .entry = entry, .view = view, .held_by_other_claims = {"gpu-0"}})
+                  .ok());
+  EXPECT_TRUE(fabric_.calls.empty());
+}
+
+TEST(PartitionTableTest, BySizeAndExactlyAndWhatFabricManagerMustNotSay) {
+  auto partition = [](std::uint32_t id, std::vector<std::uint32_t> modules) {
+    fabricmanager::Partition p;
+    p.id = id;
+    for (std::uint32_t module : modules) {
+      fabricmanager::PartitionGpu gpu;
+      gpu.physical_id = module;
+      p.gpus.push_back(gpu);
+    }
+    return p;
+  };
+  auto table = PartitionTable::From({partition(0, {1, 2, 3, 4}), partition(1, {1, 2}), partition(3, {1})});
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(*table->BySize(1), (std::map<std::size_t, std::uint32_t>{{1, 3}, {2, 1}, {4, 0}}));
+  EXPECT_EQ(*table->BySize(9), (std::map<std::size_t, std::uint32_t>{}));
+  EXPECT_EQ(table->Exactly({2, 1}), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(table->Exactly({1, 3}), std::nullopt);
+
+  EXPECT_FALSE(PartitionTable::From({partition(1, {1}), partition(1, {2})}).ok()) << "an id twice";
+  EXPECT_FALSE(PartitionTable::From({partition(1, {})}).ok()) << "no GPU";
+  EXPECT_FALSE(PartitionTable::From({partition(1, {2, 2})}).ok()) << "a module twice";
+  auto ambiguous = PartitionTable::From({partition(1, {1, 2}), partition(2, {1, 3})});
+  ASSERT_TRUE(ambiguous.ok());
+  EXPECT_THAT(ambiguous->BySize(1).status().message(), HasSubstr("partition2 would be ambiguous"));
+}
+
+TEST(FabricManagerAttributesTest, FullGpusCarryTheirModuleAndPartitionsBySize) {
+  NodeInventory inventory;
+  inventory.driver_version = kVersion;
+  inventory.cuda_driver_version = "13.0";
+  GpuInfo gpu = Gpu(0, "GPU-0000");
+  gpu.cuda_compute_capability = "9.0";
+  gpu.module_id = 1;
+  inventory.gpus.push_back(gpu);
+  PublishOptions options;
+  options.fabric_manager_partitioning = true;
+  options.fabric_partitions[1] = {{1, 7}, {2, 3}, {4, 1}, {8, 0}};
+  auto published = BuildPublishedResources(inventory, options);
+  ASSERT_TRUE(published.ok()) << published.status();
+  const nlohmann::json device = DeviceToJson(published->devices.at(0));
+  EXPECT_EQ(device["attributes"]["gpuModuleID"], nlohmann::json({{"int", 1}}));
+  EXPECT_EQ(device["attributes"]["partition1"], nlohmann::json({{"int", 7}}));
+  EXPECT_EQ(device["attributes"]["partition2"], nlohmann::json({{"int", 3}}));
+  EXPECT_EQ(device["attributes"]["partition8"], nlohmann::json({{"int", 0}}));
 }
 
 }  // namespace

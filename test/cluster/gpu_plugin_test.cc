@@ -1302,5 +1302,102 @@ TEST_F(GpuHealthTest, ALostGpuIsTaintedUntilItAnswersAgain) {
   EXPECT_TRUE(WaitNodeEvent("DeviceHealthy", "answers NVML again"));
 }
 
+// --- Fabric Manager partitions (FabricManagerPartitioning) -------------------------
+
+// A simulated HGX H100 (hgx-h100 profile: NVSwitches, module ids 1-8) with
+// the mock Fabric Manager of its driver root, listening where upstream's
+// plugin looks with NVIDIA_FABRICMANAGER_ADDRESS=127.0.0.1.
+class GpuFabricTest : public GpuPluginTest {
+ protected:
+  void SetUp() override {
+    GpuPluginTest::SetUp();
+    if (IsSkipped()) return;
+    plugin_.reset();
+    fs::remove_all(dir_);
+    PluginNodeDir node;
+    ASSERT_EQ(MakePluginNodeDir("gpufabric", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
+                                std::string(NVDRA_MOCKNVML_PROFILES_DIR) + "/hgx-h100.json", NVDRA_MOCKNVML_PATH, &node),
+              "");
+    dir_ = node.dir;
+    node_ = node;
+    driver_root_ = node.driver_root;
+  }
+  void UseFabricManager(const fs::path& host_root) {
+    std::vector<std::string> argv =
+        GpuPluginArgv(GPU_KUBELET_PLUGIN, node_, kNodeName, shared_->cluster->kubeconfig().string());
+    argv.push_back("--feature-gates=FabricManagerPartitioning=true");
+    argv.push_back("--host-root=" + host_root.string());
+    std::vector<std::string> env = GpuPluginEnv(node_);
+    env.push_back("NVIDIA_FABRICMANAGER_ADDRESS=127.0.0.1");
+    plugin_ = std::make_unique<PluginProcess>(argv, env, node_.log);
+  }
+  // The partitions the mock FM has active.
+  std::set<int> ActivePartitions() const {
+    json state = json::parse(ReadFile(driver_root_ / "mock-nvml/fabric-manager.json"), nullptr, false);
+    std::set<int> out;
+    if (state.is_discarded() || !state.contains("activePartitions")) return out;
+    for (const json& id : state["activePartitions"]) out.insert(id.get<int>());
+    return out;
+  }
+  // The attributes of published device `name`.
+  json AttributesOf(const std::string& name) const {
+    auto slices = shared_->client->List(k8s::resources::kResourceSlices, "",
+                                        k8s::ListOptions{.field_selector = std::string("spec.nodeName=") + kNodeName +
+                                                                           ",spec.driver=" + kDriver});
+    if (!slices.ok()) return json();
+    for (const json& slice : (*slices)["items"]) {
+      for (const json& device : slice["spec"].value("devices", json::array())) {
+        if (device["name"] == name) return device["attributes"];
+      }
+    }
+    return json();
+  }
+};
+
+TEST_F(GpuFabricTest, PublishesPartitionsAndActivatesTheClaimsPartitionUntilUnprepare) {
+  UseFabricManager(driver_root_);
+  StartPlugin();
+  ASSERT_TRUE(WaitPublished([](const std::set<std::string>& devices) { return devices.contains("gpu-4"); }));
+  const json gpu4 = AttributesOf("gpu-4");
+  // Attributes of the driver's own domain are published unqualified.
+  EXPECT_EQ(gpu4["gpuModuleID"], json({{"int", 5}})) << gpu4.dump();
+  for (const char* size : {"partition1", "partition2", "partition4", "partition8"}) {
+    EXPECT_TRUE(gpu4.contains(size)) << size << " missing: " << gpu4.dump();
+  }
+  EXPECT_EQ(gpu4["partition8"], json({{"int", 0}}));
+  const int single = gpu4["partition1"]["int"].get<int>();
+
+  json claim = CreateAllocatedClaim("fm-claim", "gpu-4");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  EXPECT_EQ(ActivePartitions(), std::set<int>{single});
+  // Prepare again (the kubelet retries): still one active partition, no error.
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  EXPECT_EQ(response.error(), "");
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(ActivePartitions().empty());
+}
+
+TEST_F(GpuFabricTest, WithoutAnNvSwitchFabricThePluginStartsAndSaysWhy) {
+  // A host root without /proc/driver/nvidia-nvswitch/devices.
+  const fs::path host_root = dir_ / "host-without-nvswitch";
+  fs::create_directories(host_root / "proc");
+  UseFabricManager(host_root);
+  StartPlugin();
+  ASSERT_TRUE(WaitPublished([](const std::set<std::string>& devices) { return devices.contains("gpu-4"); }));
+  const json gpu4 = AttributesOf("gpu-4");
+  EXPECT_FALSE(gpu4.contains("partition1")) << gpu4.dump();
+  EXPECT_TRUE(gpu4.contains("gpuModuleID")) << "the module id needs no Fabric Manager: " << gpu4.dump();
+  EXPECT_THAT(ReadFile(dir_ / "plugin.log"), ::testing::HasSubstr("no NVSwitch fabric on this node"));
+  json claim = CreateAllocatedClaim("fm-none", "gpu-4");
+  drav1::NodePrepareResourceResponse response;
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  EXPECT_EQ(response.error(), "");
+  EXPECT_TRUE(ActivePartitions().empty());
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -293,7 +293,14 @@ std::vector<std::string> NvmlHealthMonitor::DevicesOfGpu(const std::string& uuid
 void NvmlHealthMonitor::Record(const std::vector<std::string>& devices, const DeviceTaint& taint, std::string text,
                                std::vector<HealthNote>& notes) {
   if (!book_.Set(devices, taint)) return;
-  notes.push_back({.recovered = false, .devices = devices, .text = std::move(text)});
+  for (HealthNote& note : notes) {
+    if (!note.recovered && note.key == taint.key && note.devices == devices) {
+      note.text = std::move(text);
+      ++note.repeats;
+      return;
+    }
+  }
+  notes.push_back({.recovered = false, .devices = devices, .text = std::move(text), .key = taint.key, .repeats = 1});
 }
 
 std::vector<HealthNote> NvmlHealthMonitor::RegisterAll() {

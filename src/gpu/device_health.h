@@ -163,11 +163,16 @@ class DeviceHealthBook {
   std::uint64_t writes_ GUARDED_BY(mu_) = 0;
 };
 
-// What changed, for people: one per condition seen or gone.
+// What changed, for people: one per condition seen or gone in a batch. A
+// batch keeps one note per devices and taint key (the latest wins), so a
+// flood of XIDs on one GPU is one Node Event, not a thousand that use up the
+// Node's Event budget.
 struct HealthNote {
   bool recovered = false;            // a condition went away
   std::vector<std::string> devices;  // device names
   std::string text;                  // "XID 79 on GPU-... (NoSchedule)"
+  std::string key{};                 // the taint key it is about ("" for others)
+  std::size_t repeats = 1;           // conditions of this key the batch saw on these devices
 };
 
 struct HealthMonitorOptions {

@@ -136,7 +136,9 @@ void DeviceHealthReporter::OnChange(const std::vector<HealthNote>& notes) {
   for (const HealthNote& note : notes) {
     events_->Emit(node, note.recovered ? k8s::EventType::kNormal : k8s::EventType::kWarning,
                   note.recovered ? "DeviceHealthy" : "DeviceUnhealthy", "DeviceHealthCheck",
-                  fmt::format("{}: {}", fmt::join(note.devices, ", "), note.text));
+                  note.repeats > 1 ? fmt::format("{}: {} (the latest of {} such events)", fmt::join(note.devices, ", "),
+                                                 note.text, note.repeats)
+                                   : fmt::format("{}: {}", fmt::join(note.devices, ", "), note.text));
   }
 }
 

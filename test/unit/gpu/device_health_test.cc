@@ -311,6 +311,14 @@ TEST_F(MonitorTest, AFloodOfEventsIsReadInBatches) {
     EXPECT_LT(changes_, 100) << "a change report (one record write, one publish) per batch, not per event";
   }
   EXPECT_LT(book_->writes(), 100u) << "one record write per batch";
+  {
+    // One note per GPU and key per batch, whatever the flood.
+    std::lock_guard lock(mu_);
+    EXPECT_LE(notes_.size(), static_cast<std::size_t>(changes_) * inventory_.gpus.size());
+    std::size_t repeats = 0;
+    for (const HealthNote& note : notes_) repeats += note.repeats;
+    EXPECT_EQ(repeats, 1000u);
+  }
   // The latest event of each GPU wins.
   auto taints = book_->Taints();
   EXPECT_EQ(taints.size(), inventory_.gpus.size());

@@ -457,6 +457,9 @@ Status GpuDeviceState::SweepLeftovers(const kubeletplugin::Checkpoint& checkpoin
     }
     if (on_withdrawn_changed_) on_withdrawn_changed_(Withdrawn());
   }
+  if (fabric_ != nullptr) {
+    if (Status synced = SyncFabricPartitions(checkpoint); !synced.ok() && first_error.ok()) first_error = synced;
+  }
   if (dynamic_mig_ != nullptr) {
     // Instances completed claims hold stay; anything else (a leftover of a
     // failed or crashed Prepare, or made by hand) goes, as upstream.
@@ -491,6 +494,33 @@ std::map<std::string, std::string> GpuDeviceState::TimeSlicedGpus(const api::Con
     if (const auto* gpu = std::get_if<FullGpuDevice>(&it->second)) uuids.emplace(allocated.device, gpu->gpu.uuid);
   }
   return uuids;
+}
+
+Status GpuDeviceState::SyncFabricPartitions(const kubeletplugin::Checkpoint& checkpoint) {
+  std::set<std::uint32_t> needed;
+  for (const auto& [uid, entry] : checkpoint.claims) {
+    if (entry.state != kubeletplugin::ClaimCheckpointState::kPrepareCompleted) continue;
+    std::vector<std::string> names;
+    for (const PreparedDeviceGroup& group : entry.prepared_devices) {
+      for (const kubeletplugin::PreparedDeviceEntry& device : group.devices) names.push_back(device.device.device.device_name);
+    }
+    StatusOr<std::optional<std::uint32_t>> partition = FabricPartitionOf(names);
+    if (partition.ok() && *partition) needed.insert(**partition);
+  }
+  ASSIGN_OR_RETURN(const std::set<std::uint32_t> active, fabric_->ActiveNow());
+  // Deactivations first: a needed partition may share GPUs with a leftover.
+  for (std::uint32_t id : active) {
+    if (needed.contains(id)) continue;
+    LOG_INFO(0, "Fabric Manager: deactivating a partition no prepared claim holds", {{"partition", id}});
+    RETURN_IF_ERROR(fabric_->Deactivate(id));
+  }
+  for (std::uint32_t id : needed) {
+    if (active.contains(id)) continue;
+    LOG_WARNING("Fabric Manager: a prepared claim's partition is not active (Fabric Manager restarted?); activating it",
+                {{"partition", id}});
+    RETURN_IF_ERROR(fabric_->Activate(id));
+  }
+  return common::OkStatus();
 }
 
 Status GpuDeviceState::DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim) {

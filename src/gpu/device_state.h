@@ -148,6 +148,9 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // Unprepare: deactivates the claim's partition unless another prepared
   // claim holds one of its GPUs.
   common::Status DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim);
+  // Sweep: FM's active partitions become exactly those of the completed
+  // claims in `checkpoint`.
+  common::Status SyncFabricPartitions(const kubeletplugin::Checkpoint& checkpoint);
   // The full GPUs of `group` that its config asks to time-slice, by device
   // name -> UUID.
   std::map<std::string, std::string> TimeSlicedGpus(const api::ConfiguredResults& group) const;

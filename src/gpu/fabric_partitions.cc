@@ -106,4 +106,14 @@ Status FmFabricPartitions::Deactivate(std::uint32_t id) {
   return common::OkStatus();
 }
 
+StatusOr<std::set<std::uint32_t>> FmFabricPartitions::ActiveNow() {
+  ASSIGN_OR_RETURN(const fabricmanager::Connection connection, library_->Connect(address_, timeout_));
+  ASSIGN_OR_RETURN(const std::vector<fabricmanager::Partition> partitions, connection.SupportedPartitions());
+  std::set<std::uint32_t> active;
+  for (const fabricmanager::Partition& partition : partitions) {
+    if (partition.is_active) active.insert(partition.id);
+  }
+  return active;
+}
+
 }  // namespace nvdra::gpu

@@ -14,6 +14,10 @@
 //     full and VFIO GPUs exactly (any other set fails); Unprepare deactivates
 //     it unless another prepared claim still holds one of its GPUs. Both are
 //     idempotent, so a retried or crashed Prepare converges.
+//   - Each reconcile (at start-up and every 10 minutes) makes FM's active set
+//     equal the partitions of the completed claims: it deactivates the rest
+//     (a Prepare that crashed after activating) and activates what FM lost
+//     (an FM restart). The plugin owns the node's partitions in this mode.
 //
 // Defines: PartitionTable, FabricPartitions (what the device state uses),
 // FmFabricPartitions (over libnvfm), FabricManagerAddressFromEnv,
@@ -65,6 +69,8 @@ class FabricPartitions {
   // without error.
   virtual common::Status Activate(std::uint32_t id) = 0;
   virtual common::Status Deactivate(std::uint32_t id) = 0;
+  // The partitions FM has active now (asked live: FM may have restarted).
+  virtual common::StatusOr<std::set<std::uint32_t>> ActiveNow() = 0;
 };
 
 // Where upstream's plugin reaches FM: TCP to $NVIDIA_FABRICMANAGER_ADDRESS
@@ -87,6 +93,7 @@ class FmFabricPartitions final : public FabricPartitions {
   const PartitionTable& table() const override { return table_; }
   common::Status Activate(std::uint32_t id) override;
   common::Status Deactivate(std::uint32_t id) override;
+  common::StatusOr<std::set<std::uint32_t>> ActiveNow() override;
 
  private:
   FmFabricPartitions(std::unique_ptr<fabricmanager::Library> library, fabricmanager::Address address,

@@ -1399,5 +1399,42 @@ TEST_F(GpuFabricTest, WithoutAnNvSwitchFabricThePluginStartsAndSaysWhy) {
   EXPECT_TRUE(ActivePartitions().empty());
 }
 
+// A kill right after the activation, before the checkpoint records the
+// claim: the restarted plugin's sweep deactivates the partition (no completed
+// claim holds it) and the kubelet's retry activates it again. A Fabric
+// Manager that restarted and forgot the partition gets it back at the next
+// reconcile (here: the plugin's start).
+TEST_F(GpuFabricTest, ConvergesAfterACrashAfterActivationAndAFabricManagerRestart) {
+  UseFabricManager(driver_root_);
+  StartPlugin("prepare-after-fabric-activate");
+  json claim = CreateAllocatedClaim("fm-crash", "gpu-6");
+  drav1::NodePrepareResourceResponse response;
+  EXPECT_FALSE(Prepare(claim, &response).ok()) << "the plugin was to die mid-prepare";
+  ASSERT_TRUE(plugin_->WaitExit(std::chrono::seconds(20)).has_value());
+  ASSERT_EQ(ActivePartitions().size(), 1u) << "killed after the activation";
+  UseFabricManager(driver_root_);
+  StartPlugin();
+  EXPECT_TRUE(ActivePartitions().empty()) << "the start-up sweep deactivates what no completed claim holds";
+  ASSERT_TRUE(Prepare(claim, &response).ok());
+  ASSERT_EQ(response.error(), "");
+  const std::set<int> active = ActivePartitions();
+  ASSERT_EQ(active.size(), 1u);
+
+  // Fabric Manager restarts and comes back with no partition active.
+  plugin_->Stop();
+  json state = json::parse(ReadFile(driver_root_ / "mock-nvml/fabric-manager.json"));
+  state["generation"] = state.value("generation", 1) + 1;
+  state["activePartitions"] = json::array();
+  WriteFile(driver_root_ / "mock-nvml/fabric-manager.json.test", state.dump());
+  fs::rename(driver_root_ / "mock-nvml/fabric-manager.json.test", driver_root_ / "mock-nvml/fabric-manager.json");
+  UseFabricManager(driver_root_);
+  StartPlugin();
+  EXPECT_EQ(ActivePartitions(), active) << "the prepared claim's partition is active again";
+  std::string error;
+  ASSERT_TRUE(Unprepare(claim, &error).ok());
+  EXPECT_EQ(error, "");
+  EXPECT_TRUE(ActivePartitions().empty());
+}
+
 }  // namespace
 }  // namespace nvdra::testing

@@ -775,12 +775,16 @@ class FakeFabricPartitions final : public FabricPartitions {
   const PartitionTable& table() const override { return table_; }
   common::Status Activate(std::uint32_t id) override {
     calls.push_back("activate " + std::to_string(id));
+    if (failure.ok()) active.insert(id);
     return failure;
   }
   common::Status Deactivate(std::uint32_t id) override {
     calls.push_back("deactivate " + std::to_string(id));
+    if (failure.ok()) active.erase(id);
     return failure;
   }
+  common::StatusOr<std::set<std::uint32_t>> ActiveNow() override { return active; }
+  std::set<std::uint32_t> active;
   std::vector<std::string> calls;
   common::Status failure;
 
@@ -868,6 +872,28 @@ TEST_F(GpuDeviceStateFabricTest, APartitionStaysWhileAnotherClaimHoldsItsGpus) {
                         {.ref = view.ref, .entry = entry, .view = view, .held_by_other_claims = {"gpu-0"}})
                   .ok());
   EXPECT_TRUE(fabric_.calls.empty());
+}
+
+// The sweep: a partition no completed claim holds (a Prepare that crashed
+// after activating it) goes; a completed claim's partition that FM lost (a
+// restart) comes back.
+TEST_F(GpuDeviceStateFabricTest, TheSweepMakesFabricManagersActiveSetThatOfTheCompletedClaims) {
+  const kubeletplugin::ClaimView done = Claim("uid-done", {"gpu-0", "gpu-1"});
+  auto groups = state_->PrepareDevices(done);
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  kubeletplugin::Checkpoint checkpoint;
+  kubeletplugin::CheckpointedClaim& completed = checkpoint.claims["uid-done"];
+  completed.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+  completed.prepared_devices = *groups;
+  checkpoint.claims["uid-crashed"].state = kubeletplugin::ClaimCheckpointState::kPrepareStarted;
+  fabric_.active = {2};  // the crashed Prepare's partition; FM forgot partition 1
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
+  EXPECT_EQ(fabric_.calls, (std::vector<std::string>{"deactivate 2", "activate 1"}));
+  EXPECT_EQ(fabric_.active, std::set<std::uint32_t>{1});
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
+  EXPECT_TRUE(fabric_.calls.empty()) << "nothing to do once in step";
 }
 
 TEST(PartitionTableTest, BySizeAndExactlyAndWhatFabricManagerMustNotSay) {

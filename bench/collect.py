@@ -8,6 +8,7 @@ Inputs (in the raw directory given as argv[1]):
   gpu_plugin_direct.json     build/bench/plugin-prepare-bench: the GPU plugin over its socket
   gpu_sharing_time_sliced.json  plugin-prepare-bench with a time-sliced claim (gpu_sharing.*)
   gpu_dynamic_mig.json       plugin-prepare-bench with a dynamic MIG device (gpu_mig.dynamic_*)
+  gpu_fabric.json            plugin-prepare-bench --fabric: a 4-GPU Fabric Manager partition (gpu_fabric.*)
   gpu_vfio.json              plugin-prepare-bench --vfio: a passed-through GPU, and the republished slice
                              seen through a watch (gpu_vfio.*)
   gpu_sharing_mps.jsonl      test/simnode TestGPUSharingMPS/gpu-test-mps (gpu_sharing.mps_*)
@@ -104,6 +105,12 @@ def gpu_sharing_time_sliced(path, results):
     """Prepare/unprepare latency of a time-sliced GPU over the plugin's socket."""
     with open(path) as f:
         prepare_latency(json.load(f), results, lambda call, p: f"gpu_sharing.time_sliced_{call}_{p}_ms")
+
+
+def gpu_fabric(path, results):
+    """Prepare/unprepare latency of a 4-GPU Fabric Manager partition claim over the plugin's socket."""
+    with open(path) as f:
+        prepare_latency(json.load(f), results, lambda call, p: f"gpu_fabric.partition4_{call}_{p}_ms")
 
 
 def gpu_plugin_direct(path, results):
@@ -232,6 +239,7 @@ def main():
                            ("gpu_sharing_time_sliced.json", gpu_sharing_time_sliced),
                            ("gpu_dynamic_mig.json", gpu_dynamic_mig),
                            ("gpu_vfio.json", gpu_vfio),
+                           ("gpu_fabric.json", gpu_fabric),
                            ("gpu_plugin_kubelet.json", gpu_plugin_kubelet),
                            ("gpu_health.json", gpu_health)):
         if os.path.exists(os.path.join(raw, entry)):

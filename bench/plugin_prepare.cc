@@ -15,6 +15,9 @@
 // Prints a table and writes --json (read by bench/collect.py):
 //   {"cycles","verbosity","first_prepare_ms","prepare":{p50_ms,p99_ms,max_ms,mean_ms},
 //    "unprepare":{...},"api_get_claim":{...},"memory":[{"label","cycles","vmrss_kib",...}]}
+// With --fabric (FabricManagerPartitioning on hgx-h100), the claim is a
+// 4-GPU partition's GPUs and every prepare activates it in the mock Fabric
+// Manager, every unprepare deactivates it.
 // With --vfio (PassthroughSupport over the mock sysfs, served by the
 // simulated PCI driver core), also "republish_withdrawn" and
 // "republish_restored": from the start of a Prepare (Unprepare) to the
@@ -122,6 +125,7 @@ class Bench {
   // One NodePrepareResources of `claim`. `ms` is the call's latency; false
   // with `error` set when the call or the claim failed.
   bool Prepare(const json& claim, double* ms, std::string* error) {
+    const int want = static_cast<int>(claim["status"]["allocation"]["devices"]["results"].size());
     drav1::NodePrepareResourcesRequest request;
     *request.add_claims() = nvdra::testing::ClaimRef(claim);
     drav1::NodePrepareResourcesResponse response;
@@ -135,7 +139,10 @@ class Bench {
     auto it = response.claims().find(uid);
     if (it == response.claims().end()) return Fail(error, "NodePrepareResources: no answer for the claim");
     if (!it->second.error().empty()) return Fail(error, "NodePrepareResources: " + it->second.error());
-    if (it->second.devices_size() != 1) return Fail(error, "NodePrepareResources: not one device");
+    if (it->second.devices_size() != want) {
+      return Fail(error, "NodePrepareResources: " + std::to_string(it->second.devices_size()) + " devices, not " +
+                             std::to_string(want));
+    }
     return true;
   }
 
@@ -253,6 +260,11 @@ int main(int argc, char** argv) {
                "PassthroughSupport: the claim gets --device (default gpu-vfio-0) over the mock sysfs, served by the "
                "simulated PCI driver core, and each cycle also times the republished slice (--vfio-sibling leaves, "
                "then comes back)");
+  bool fabric = false;
+  app.add_flag("--fabric", fabric,
+               "FabricManagerPartitioning on a simulated HGX H100 (hgx-h100) with the mock Fabric Manager: the claim "
+               "gets --device (default the 4-GPU partition gpu-0,gpu-1,gpu-2,gpu-3), whose partition each prepare "
+               "activates and each unprepare deactivates");
   app.add_option("--vfio-sibling", vfio_sibling, "the full GPU the VFIO device withdraws (default gpu-0)");
   app.add_option("--device", device,
                  "the device the claim is allocated (default gpu-0; a MIG device such as gpu-0-mig-1g10gb-19-0 "
@@ -274,6 +286,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quick) cycles = 100;
   if (vfio && app.count("--device") == 0) device = "gpu-vfio-0";
+  if (fabric && app.count("--device") == 0) device = "gpu-0,gpu-1,gpu-2,gpu-3";
 
   nvdra::testing::ClusterClient cluster;
   std::cerr << "starting a control plane\n";
@@ -289,7 +302,8 @@ int main(int argc, char** argv) {
   nvdra::testing::PluginNodeDir dir;
   if (std::string error = nvdra::testing::MakePluginNodeDir(
           "plugin-bench", NVDRA_MOCKNVML_MAKE_DRIVER_ROOT,
-          std::string(NVDRA_MOCKNVML_PROFILES_DIR) + "/h100-sxm.json", NVDRA_MOCKNVML_PATH, &dir);
+          std::string(NVDRA_MOCKNVML_PROFILES_DIR) + (fabric ? "/hgx-h100.json" : "/h100-sxm.json"), NVDRA_MOCKNVML_PATH,
+          &dir);
       !error.empty()) {
     std::cerr << error << "\n";
     return 1;
@@ -303,11 +317,16 @@ int main(int argc, char** argv) {
     plugin_argv.push_back("--feature-gates=PassthroughSupport=true");
     plugin_argv.push_back("--host-root=" + dir.driver_root.string());
   }
+  if (fabric) {
+    plugin_argv.push_back("--feature-gates=FabricManagerPartitioning=true");
+    plugin_argv.push_back("--host-root=" + dir.driver_root.string());
+  }
   plugin_argv.insert(plugin_argv.end(), plugin_args.begin(), plugin_args.end());
   // The driver root's /proc stand-in (nvidia-caps major, MIG capability
   // files), as the chart passes it on simulated nodes.
   std::vector<std::string> plugin_env = nvdra::testing::GpuPluginEnv(dir);
   plugin_env.push_back("ALT_PROC_DEVICES_PATH=" + (dir.driver_root / "proc/devices").string());
+  if (fabric) plugin_env.push_back("NVIDIA_FABRICMANAGER_ADDRESS=127.0.0.1");
   nvdra::testing::PluginProcess process(plugin_argv, plugin_env, dir.log);
   auto fail = [&](const std::string& what) {
     std::cerr << what << "\n--- plugin log (tail) ---\n";

@@ -156,13 +156,22 @@ std::vector<std::string> GpuPluginEnv(const PluginNodeDir& node) {
 k8s::ApiResult<json> CreateAllocatedClaim(k8s::Client& client, const std::string& ns, const std::string& node_name,
                                           const std::string& driver, const std::string& name,
                                           const std::string& device, const std::optional<json>& config) {
+  // "gpu-0,gpu-1": one request for that many devices.
+  std::vector<std::string> devices;
+  for (std::size_t start = 0; start <= device.size();) {
+    const std::size_t comma = std::min(device.find(',', start), device.size());
+    devices.push_back(device.substr(start, comma - start));
+    start = comma + 1;
+  }
+  json exactly = {{"deviceClassName", "gpu.nvidia.com"}};
+  if (devices.size() > 1) {
+    exactly["allocationMode"] = "ExactCount";
+    exactly["count"] = devices.size();
+  }
   json claim = {{"apiVersion", "resource.k8s.io/v1"},
                 {"kind", "ResourceClaim"},
                 {"metadata", {{"name", name}, {"namespace", ns}}},
-                {"spec",
-                 {{"devices",
-                   {{"requests", json::array({{{"name", "gpu"},
-                                                {"exactly", {{"deviceClassName", "gpu.nvidia.com"}}}}})}}}}}};
+                {"spec", {{"devices", {{"requests", json::array({{{"name", "gpu"}, {"exactly", exactly}}})}}}}}};
   if (config) {
     claim["spec"]["devices"]["config"] = json::array(
         {{{"requests", json::array({"gpu"})}, {"opaque", {{"driver", driver}, {"parameters", *config}}}}});
@@ -170,10 +179,12 @@ k8s::ApiResult<json> CreateAllocatedClaim(k8s::Client& client, const std::string
   auto created = client.Create(k8s::resources::kResourceClaims, ns, claim);
   if (!created.ok()) return created;
   json status_claim = *created;
+  json results = json::array();
+  for (const std::string& one : devices) {
+    results.push_back({{"request", "gpu"}, {"driver", driver}, {"pool", node_name}, {"device", one}});
+  }
   json allocation = {
-      {"devices",
-       {{"results",
-         json::array({{{"request", "gpu"}, {"driver", driver}, {"pool", node_name}, {"device", device}}})}}},
+      {"devices", {{"results", std::move(results)}}},
       {"nodeSelector",
        {{"nodeSelectorTerms",
          json::array({{{"matchFields", json::array({{{"key", "metadata.name"},

@@ -102,7 +102,8 @@ std::vector<std::string> GpuPluginArgv(const std::string& binary, const PluginNo
 std::vector<std::string> GpuPluginEnv(const PluginNodeDir& node);
 
 // Creates a ResourceClaim `name` with one request "gpu" of class
-// gpu.nvidia.com and writes an allocation of `device` in pool `node_name`
+// gpu.nvidia.com and writes an allocation of `device` (or of each of a
+// comma-separated list, for a request of that many) in pool `node_name`
 // into its status, as the scheduler would. `config` is an optional opaque
 // config's parameters for driver `driver`. Returns the claim as updated.
 k8s::ApiResult<nlohmann::json> CreateAllocatedClaim(k8s::Client& client, const std::string& ns,

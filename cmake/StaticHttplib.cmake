@@ -50,8 +50,11 @@ if(NVDRA_STATIC_HTTPLIB)
     find_package(ZLIB REQUIRED)
     add_library(nvdra_httplib STATIC ${_nvdra_httplib_split}/httplib.cc)
     target_include_directories(nvdra_httplib SYSTEM PUBLIC ${_nvdra_httplib_split})
+    # A listen backlog of 1024, not httplib's 5: under a burst of connections
+    # (100 idle clients at the webhook) the kernel dropped SYNs, and a probe
+    # waited out the 1 s SYN retransmission.
     target_compile_definitions(nvdra_httplib PUBLIC
-      CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_USE_POLL)
+      CPPHTTPLIB_OPENSSL_SUPPORT CPPHTTPLIB_ZLIB_SUPPORT CPPHTTPLIB_USE_POLL CPPHTTPLIB_LISTEN_BACKLOG=1024)
     # One section per function: a plugin's --gc-sections then drops the TLS
     # server and the client it never uses.
     target_compile_options(nvdra_httplib PRIVATE -ffunction-sections -fdata-sections)

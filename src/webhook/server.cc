@@ -3,7 +3,9 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
@@ -62,14 +64,33 @@ StatusOr<std::unique_ptr<WebhookServer>> WebhookServer::Start(const ServerOption
   // request (Go's Shutdown closes idle connections at once). The API server
   // reconnects when it needs to; a handshake costs about a millisecond.
   server.set_keep_alive_timeout(1);
+  server.set_read_timeout(kReadTimeoutSeconds, 0);
   // httplib writes headers and body in separate sends; without NODELAY,
   // Nagle and the peer's delayed ACK add ~40 ms to every answer.
   server.set_tcp_nodelay(true);
-  server.Post(std::string(kValidatePath), [raw](const httplib::Request& request, httplib::Response& response) {
-    const auto started = std::chrono::steady_clock::now();
+  server.Post(std::string(kValidatePath), [raw](const httplib::Request& request, httplib::Response& response,
+                                                 const httplib::ContentReader& content) {
+    // The body is read here, not by httplib before the handler: a large one
+    // (or one of unknown length) waits for the large-review lock first, so
+    // the many threads hold at most one large body and its tree at a time.
+    const std::string length_header = request.get_header_value("Content-Length");
+    const std::size_t length = length_header.empty() ? kMaxBodyBytes : std::strtoull(length_header.c_str(), nullptr, 10);
     std::unique_lock<std::mutex> large;
-    if (request.body.size() > kLargeBodyBytes) large = std::unique_lock(raw->large_review);
-    AdmissionReply reply = ReviewAdmission(request.get_header_value("Content-Type"), request.body, raw->gates);
+    if (length > kLargeBodyBytes) large = std::unique_lock(raw->large_review);
+    std::string body;
+    body.reserve(std::min(length, kMaxBodyBytes));
+    if (!content([&body](const char* data, std::size_t size) {
+          body.append(data, size);
+          return true;
+        })) {
+      // httplib set 413 for a body over kMaxBodyBytes; otherwise the client
+      // stopped sending.
+      if (response.status < 400) response.status = 400;
+      return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    AdmissionReply reply = ReviewAdmission(request.get_header_value("Content-Type"), body, raw->gates);
+    body = std::string();
     if (large.owns_lock()) {
       // The tree's many small blocks came from the heap: give the pages
       // back now rather than keep the peak for the life of the process.

@@ -31,11 +31,22 @@ inline constexpr std::size_t kMaxBodyBytes = std::size_t{4} << 20;
 // times their size), so memory stays bounded under many large requests.
 inline constexpr std::size_t kLargeBodyBytes = std::size_t{64} << 10;
 
+// How long a connection may leave the server waiting for its next bytes
+// (TLS handshake, request line, headers, body). The API server sends a review
+// at once; a client this slow is holding a thread.
+inline constexpr int kReadTimeoutSeconds = 2;
+
 struct ServerOptions {
   // Address to listen on; empty: every interface (IPv6 and IPv4), as Go's ":port".
   std::string bind_address;
   int port = 443;  // 0: any free port (see WebhookServer::port())
-  int threads = 4;  // concurrent requests
+  // Connections served at once. cpp-httplib gives each connection a thread
+  // from the TLS handshake on, so an idle or slow connection holds one until
+  // kReadTimeout passes: with 4 threads, 100 idle connections kept /readyz
+  // and every admission waiting for minutes. Idle threads cost no memory
+  // beyond their untouched stacks, and only one large body (kLargeBodyBytes)
+  // is read and reviewed at a time.
+  int threads = 256;
   // The driver's feature gates: a sharing strategy whose gate is off is
   // denied, as the plugins refuse it at Prepare.
   common::FeatureGates gates = common::FeatureGates::Defaults();

@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "common/driver_library.h"
+
 #include "common/mutex.h"
 
 namespace nvdra::fabricmanager {
@@ -20,12 +22,8 @@ namespace {
 
 using abi::fmReturn_t;
 
-// The folders nvml::Library searches (src/nvml/library.cc), in its order:
-// FM's client library is installed beside libnvidia-ml.so.1.
-constexpr const char* kLibraryFolders[] = {
-    "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
-    "lib64",     "usr/lib",                  "lib",
-};
+// FM's client library is installed beside libnvidia-ml.so.1, in the folders
+// common::OpenDriverLibrary searches.
 // The package's soname first; upstream's driver (go-nvfm) loads the
 // development link libnvfm.so, so a root that has only that works too.
 constexpr const char* kLibraryNames[] = {"libnvfm.so.1", "libnvfm.so"};
@@ -220,54 +218,14 @@ std::string Address::ToString() const {
 // --- Library --------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Library>> Library::Open(const LibraryOptions& options) {
-  std::vector<std::filesystem::path> candidates;
-  if (options.library_path) {
-    candidates.push_back(*options.library_path);
-  } else {
-    for (const char* folder : kLibraryFolders) {
-      for (const char* name : kLibraryNames) candidates.push_back(options.driver_root / folder / name);
-    }
-  }
-
   std::unique_ptr<Library> library(new Library());  // private constructor
-  std::vector<std::string> tried;
-  for (const auto& candidate : candidates) {
-    std::error_code ec;
-    if (!std::filesystem::exists(candidate, ec)) {
-      tried.push_back(candidate.string() + " (absent)");
-      continue;
-    }
-    // RTLD_LOCAL: the library's symbols must not satisfy lookups of other
-    // libraries (a second copy, such as a mock loaded by a test, stays apart).
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* reason = dlerror();
-      tried.push_back(fmt::format("{} ({})", candidate.string(), reason ? reason : "dlopen failed"));
-      continue;
-    }
-    library->handle_ = handle;
-    library->path_ = candidate;
-    break;
-  }
-  // A driver on the host ("/"): the dynamic loader knows distribution folders.
-  if (library->handle_ == nullptr && !options.library_path &&
-      options.driver_root == std::filesystem::path("/")) {
-    for (const char* name : kLibraryNames) {
-      if (void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)) {
-        library->handle_ = handle;
-        library->path_ = name;
-        break;
-      }
-      const char* reason = dlerror();
-      tried.push_back(fmt::format("{} via the loader's search ({})", name, reason ? reason : "dlopen failed"));
-    }
-  }
-  if (library->handle_ == nullptr) {
-    return common::NotFoundError(fmt::format(
-        "Fabric Manager library not found under driver root {}: tried {}; is the "
-        "nvidia-fabricmanager package installed in the driver root?",
-        options.driver_root.string(), fmt::join(tried, ", ")));
-  }
+  ASSIGN_OR_RETURN(const common::LoadedDriverLibrary loaded,
+                   common::OpenDriverLibrary(options.driver_root, options.library_path,
+                                             {std::begin(kLibraryNames), std::end(kLibraryNames)},
+                                             "Fabric Manager library",
+                                             "is the nvidia-fabricmanager package installed in the driver root?"));
+  library->handle_ = loaded.handle;
+  library->path_ = loaded.path;
 
   auto resolve = [&](const char* name) -> void* {
     void* symbol = dlsym(library->handle_, name);

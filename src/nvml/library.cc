@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include "common/driver_library.h"
+
 namespace nvdra::nvml {
 namespace {
 
@@ -17,12 +19,6 @@ using abi::nvmlReturn_t;
 
 constexpr std::string_view kMissingMarker = "not exported by this libnvidia-ml.so.1";
 
-// Folders under the driver root where distributions and the GPU operator put
-// libnvidia-ml.so.1, in the order go-nvlib's root lookup tries them.
-constexpr const char* kLibraryFolders[] = {
-    "usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
-    "lib64",     "usr/lib",                  "lib",
-};
 constexpr const char* kLibraryName = "libnvidia-ml.so.1";
 
 // A string out of a fixed NVML char buffer that may lack its terminator.
@@ -103,54 +99,14 @@ Status MissingFunctionError(std::string_view function) {
 // --- Library --------------------------------------------------------------------
 
 StatusOr<std::unique_ptr<Library>> Library::Open(const LibraryOptions& options) {
-  std::vector<std::filesystem::path> candidates;
-  if (options.library_path) {
-    candidates.push_back(*options.library_path);
-  } else {
-    for (const char* folder : kLibraryFolders) {
-      candidates.push_back(options.driver_root / folder / kLibraryName);
-    }
-  }
-
   std::unique_ptr<Library> library(new Library());  // private constructor
-  std::vector<std::string> tried;
-  for (const auto& candidate : candidates) {
-    std::error_code ec;
-    if (!std::filesystem::exists(candidate, ec)) {
-      tried.push_back(candidate.string() + " (absent)");
-      continue;
-    }
-    // RTLD_LOCAL: NVML's symbols must not satisfy lookups of other libraries
-    // (a second copy, such as a mock loaded by a test, stays separate).
-    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* reason = dlerror();
-      tried.push_back(fmt::format("{} ({})", candidate.string(), reason ? reason : "dlopen failed"));
-      continue;
-    }
-    library->handle_ = handle;
-    library->path_ = candidate;
-    break;
-  }
-  // A driver on the host ("/"): let the dynamic loader search as well
-  // (ld.so.cache knows distribution-specific folders).
-  if (library->handle_ == nullptr && !options.library_path &&
-      options.driver_root == std::filesystem::path("/")) {
-    if (void* handle = dlopen(kLibraryName, RTLD_NOW | RTLD_LOCAL)) {
-      library->handle_ = handle;
-      library->path_ = kLibraryName;
-    } else {
-      const char* reason = dlerror();
-      tried.push_back(fmt::format("{} via the loader's search ({})", kLibraryName,
-                                  reason ? reason : "dlopen failed"));
-    }
-  }
-  if (library->handle_ == nullptr) {
-    return common::NotFoundError(fmt::format(
-        "NVML library not found under driver root {}: tried {}; set --nvidia-driver-root "
-        "(NVIDIA_DRIVER_ROOT) to where the NVIDIA driver is installed",
-        options.driver_root.string(), fmt::join(tried, ", ")));
-  }
+  ASSIGN_OR_RETURN(const common::LoadedDriverLibrary loaded,
+                   common::OpenDriverLibrary(options.driver_root, options.library_path, {kLibraryName},
+                                             "NVML library",
+                                             "set --nvidia-driver-root (NVIDIA_DRIVER_ROOT) to where the NVIDIA "
+                                             "driver is installed"));
+  library->handle_ = loaded.handle;
+  library->path_ = loaded.path;
 
   // Resolve every function; the missing ones stay nullptr.
   auto resolve = [&](const char* name) -> void* {

@@ -753,24 +753,26 @@ TEST_F(GpuDeviceStateVfioTest, TheSweepGivesBackWhatNoPreparedClaimHolds) {
   EXPECT_EQ(DriverOf("0000:18:00.0"), "nvidia");
 }
 
+// A Fabric Manager partition of GPUs with these module ids.
+fabricmanager::Partition Partition(std::uint32_t id, const std::vector<std::uint32_t>& modules) {
+  fabricmanager::Partition p;
+  p.id = id;
+  for (std::uint32_t module : modules) {
+    fabricmanager::PartitionGpu gpu;
+    gpu.physical_id = module;
+    p.gpus.push_back(gpu);
+  }
+  return p;
+}
+
 // FabricManagerPartitioning: Prepare activates the Fabric Manager partition
 // made of exactly the claim's GPUs (by module id) before touching them;
 // Unprepare deactivates it unless another prepared claim holds one of them.
 class FakeFabricPartitions final : public FabricPartitions {
  public:
   FakeFabricPartitions() {
-    auto partition = [](std::uint32_t id, std::vector<std::uint32_t> modules) {
-      fabricmanager::Partition p;
-      p.id = id;
-      for (std::uint32_t module : modules) {
-        fabricmanager::PartitionGpu gpu;
-        gpu.physical_id = module;
-        p.gpus.push_back(gpu);
-      }
-      return p;
-    };
-    table_ = *PartitionTable::From({partition(0, {1, 2, 3, 4}), partition(1, {1, 2}), partition(2, {3, 4}),
-                                    partition(3, {1}), partition(4, {2})});
+    table_ = *PartitionTable::From({Partition(0, {1, 2, 3, 4}), Partition(1, {1, 2}), Partition(2, {3, 4}),
+                                    Partition(3, {1}), Partition(4, {2})});
   }
   const PartitionTable& table() const override { return table_; }
   common::Status Activate(std::uint32_t id) override {
@@ -897,27 +899,17 @@ TEST_F(GpuDeviceStateFabricTest, TheSweepMakesFabricManagersActiveSetThatOfTheCo
 }
 
 TEST(PartitionTableTest, BySizeAndExactlyAndWhatFabricManagerMustNotSay) {
-  auto partition = [](std::uint32_t id, std::vector<std::uint32_t> modules) {
-    fabricmanager::Partition p;
-    p.id = id;
-    for (std::uint32_t module : modules) {
-      fabricmanager::PartitionGpu gpu;
-      gpu.physical_id = module;
-      p.gpus.push_back(gpu);
-    }
-    return p;
-  };
-  auto table = PartitionTable::From({partition(0, {1, 2, 3, 4}), partition(1, {1, 2}), partition(3, {1})});
+  auto table = PartitionTable::From({Partition(0, {1, 2, 3, 4}), Partition(1, {1, 2}), Partition(3, {1})});
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_EQ(*table->BySize(1), (std::map<std::size_t, std::uint32_t>{{1, 3}, {2, 1}, {4, 0}}));
   EXPECT_EQ(*table->BySize(9), (std::map<std::size_t, std::uint32_t>{}));
   EXPECT_EQ(table->Exactly({2, 1}), std::optional<std::uint32_t>(1));
   EXPECT_EQ(table->Exactly({1, 3}), std::nullopt);
 
-  EXPECT_FALSE(PartitionTable::From({partition(1, {1}), partition(1, {2})}).ok()) << "an id twice";
-  EXPECT_FALSE(PartitionTable::From({partition(1, {})}).ok()) << "no GPU";
-  EXPECT_FALSE(PartitionTable::From({partition(1, {2, 2})}).ok()) << "a module twice";
-  auto ambiguous = PartitionTable::From({partition(1, {1, 2}), partition(2, {1, 3})});
+  EXPECT_FALSE(PartitionTable::From({Partition(1, {1}), Partition(1, {2})}).ok()) << "an id twice";
+  EXPECT_FALSE(PartitionTable::From({Partition(1, {})}).ok()) << "no GPU";
+  EXPECT_FALSE(PartitionTable::From({Partition(1, {2, 2})}).ok()) << "a module twice";
+  auto ambiguous = PartitionTable::From({Partition(1, {1, 2}), Partition(2, {1, 3})});
   ASSERT_TRUE(ambiguous.ok());
   EXPECT_THAT(ambiguous->BySize(1).status().message(), HasSubstr("partition2 would be ambiguous"));
 }

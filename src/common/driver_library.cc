@@ -2,6 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -39,6 +43,17 @@ StatusOr<LoadedDriverLibrary> OpenDriverLibrary(const std::filesystem::path& dri
   }
   return NotFoundError(fmt::format("{} not found under driver root {}: tried {}; {}", what, driver_root.string(),
                                    fmt::join(tried, ", "), hint));
+}
+
+std::string DriverBufferString(const char* buffer, std::size_t size) {
+  return std::string(buffer, strnlen(buffer, size));
+}
+
+std::string NormalizePciBusId(std::string bus_id) {
+  std::transform(bus_id.begin(), bus_id.end(), bus_id.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (bus_id.size() > 9 && bus_id.compare(0, 4, "0000") == 0 && bus_id[8] == ':') bus_id.erase(0, 4);
+  return bus_id;
 }
 
 }  // namespace nvdra::common

@@ -1,7 +1,8 @@
 #pragma once
 
 // Finding and loading a library of the NVIDIA driver (libnvidia-ml,
-// libnvfm) under a driver root with dlopen, the one search both loaders use.
+// libnvfm) under a driver root with dlopen, the one search both loaders use,
+// and the two conversions both need for what those libraries write.
 //
 // Search order: `library_path` alone when given; otherwise each of
 // kDriverLibraryFolders under the driver root, each of `names` in order
@@ -15,6 +16,7 @@
 // as dlopen.
 
 #include <filesystem>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,5 +42,14 @@ StatusOr<LoadedDriverLibrary> OpenDriverLibrary(const std::filesystem::path& dri
                                                 const std::optional<std::filesystem::path>& library_path,
                                                 const std::vector<std::string>& names, const std::string& what,
                                                 const std::string& hint);
+
+// A string out of a fixed char buffer the driver filled, which may lack its
+// terminator.
+std::string DriverBufferString(const char* buffer, std::size_t size);
+
+// The driver writes "00000000:18:00.0" (8-digit domain), in either case;
+// sysfs, CDI and Kubernetes' pciBusID attribute use "0000:18:00.0",
+// lowercase.
+std::string NormalizePciBusId(std::string bus_id);
 
 }  // namespace nvdra::common

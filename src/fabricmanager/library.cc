@@ -78,22 +78,6 @@ class InitRegistry {
   std::map<void*, Entry> entries_ GUARDED_BY(mu_);
 };
 
-// A string out of a fixed FM char buffer that may lack its terminator.
-std::string FromBuffer(const char* buffer, std::size_t size) {
-  return std::string(buffer, strnlen(buffer, size));
-}
-
-// FM writes "00000000:18:00.0" (8-digit domain); nvml::PciInfo, sysfs and
-// Kubernetes' pciBusID attribute use "0000:18:00.0", lowercase.
-std::string NormalizeBusId(std::string bus_id) {
-  std::transform(bus_id.begin(), bus_id.end(), bus_id.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (bus_id.size() > 9 && bus_id.compare(0, 4, "0000") == 0 && bus_id[8] == ':') {
-    bus_id.erase(0, 4);
-  }
-  return bus_id;
-}
-
 Status MissingFunctionError(std::string_view function) {
   return common::UnimplementedError(fmt::format("{}: {}", function, kMissingMarker));
 }
@@ -112,8 +96,8 @@ StatusOr<unsigned> CheckedCount(unsigned count, unsigned capacity, std::string_v
 
 StatusOr<NvlinkFailedDevice> ToFailedDevice(const abi::fmNvlinkFailedDeviceInfo_t& info) {
   NvlinkFailedDevice device;
-  device.uuid = FromBuffer(info.uuid, sizeof(info.uuid));
-  device.pci_bus_id = NormalizeBusId(FromBuffer(info.pciBusId, sizeof(info.pciBusId)));
+  device.uuid = common::DriverBufferString(info.uuid, sizeof(info.uuid));
+  device.pci_bus_id = common::NormalizePciBusId(common::DriverBufferString(info.pciBusId, sizeof(info.pciBusId)));
   ASSIGN_OR_RETURN(unsigned ports, CheckedCount(info.numPorts, abi::FM_MAX_NUM_NVLINK_PORTS,
                                                 "fmGetNvlinkFailedDevices " + device.uuid + " numPorts"));
   device.ports.assign(info.portNum, info.portNum + ports);
@@ -348,8 +332,8 @@ StatusOr<std::vector<Partition>> Connection::SupportedPartitions() const {
       const abi::fmFabricPartitionGpuInfo_t& gpu = info.gpuInfo[g];
       partition.gpus.push_back(PartitionGpu{
           .physical_id = gpu.physicalId,
-          .uuid = FromBuffer(gpu.uuid, sizeof(gpu.uuid)),
-          .pci_bus_id = NormalizeBusId(FromBuffer(gpu.pciBusId, sizeof(gpu.pciBusId))),
+          .uuid = common::DriverBufferString(gpu.uuid, sizeof(gpu.uuid)),
+          .pci_bus_id = common::NormalizePciBusId(common::DriverBufferString(gpu.pciBusId, sizeof(gpu.pciBusId))),
           .num_nvlinks_available = gpu.numNvLinksAvailable,
           .max_num_nvlinks = gpu.maxNumNvLinks,
           .nvlink_line_rate_mbps = gpu.nvlinkLineRateMBps,

@@ -21,27 +21,6 @@ constexpr std::string_view kMissingMarker = "not exported by this libnvidia-ml.s
 
 constexpr const char* kLibraryName = "libnvidia-ml.so.1";
 
-// A string out of a fixed NVML char buffer that may lack its terminator.
-std::string FromBuffer(const char* buffer, std::size_t size) {
-  return std::string(buffer, strnlen(buffer, size));
-}
-
-std::string Lowercase(std::string text) {
-  std::transform(text.begin(), text.end(), text.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return text;
-}
-
-// NVML writes "00000000:65:00.0" (8-digit domain); sysfs, CDI and
-// Kubernetes' pciBusID attribute use "0000:65:00.0".
-std::string NormalizeBusId(std::string bus_id) {
-  bus_id = Lowercase(std::move(bus_id));
-  if (bus_id.size() > 9 && bus_id.compare(0, 4, "0000") == 0 && bus_id[8] == ':') {
-    bus_id.erase(0, 4);
-  }
-  return bus_id;
-}
-
 }  // namespace
 
 StatusCode NvmlReturnToStatusCode(nvmlReturn_t code) {
@@ -166,13 +145,13 @@ Status Library::Check(nvmlReturn_t code, std::string_view function) const {
 StatusOr<std::string> Library::DriverVersion() const {
   char buffer[abi::kSystemDriverVersionBufferSize] = {};
   NVDRA_NVML_CALL(this, nvmlSystemGetDriverVersion, buffer, sizeof(buffer));
-  return FromBuffer(buffer, sizeof(buffer));
+  return common::DriverBufferString(buffer, sizeof(buffer));
 }
 
 StatusOr<std::string> Library::NvmlVersion() const {
   char buffer[abi::kSystemDriverVersionBufferSize] = {};
   NVDRA_NVML_CALL(this, nvmlSystemGetNVMLVersion, buffer, sizeof(buffer));
-  return FromBuffer(buffer, sizeof(buffer));
+  return common::DriverBufferString(buffer, sizeof(buffer));
 }
 
 StatusOr<int> Library::CudaDriverVersion() const {
@@ -236,13 +215,13 @@ NVDRA_DEVICE_UINT(Architecture, nvmlDeviceGetArchitecture)
 StatusOr<std::string> Device::Uuid() const {
   char buffer[abi::kDeviceUuidBufferSize] = {};
   NVDRA_NVML_CALL(library_, nvmlDeviceGetUUID, handle_, buffer, sizeof(buffer));
-  return FromBuffer(buffer, sizeof(buffer));
+  return common::DriverBufferString(buffer, sizeof(buffer));
 }
 
 StatusOr<std::string> Device::Name() const {
   char buffer[abi::kDeviceNameBufferSize] = {};
   NVDRA_NVML_CALL(library_, nvmlDeviceGetName, handle_, buffer, sizeof(buffer));
-  return FromBuffer(buffer, sizeof(buffer));
+  return common::DriverBufferString(buffer, sizeof(buffer));
 }
 
 StatusOr<int> Device::Brand() const {
@@ -267,7 +246,7 @@ StatusOr<PciInfo> Device::Pci() const {
   abi::nvmlPciInfo_t pci{};
   NVDRA_NVML_CALL(library_, nvmlDeviceGetPciInfo_v3, handle_, &pci);
   PciInfo info;
-  info.bus_id = NormalizeBusId(FromBuffer(pci.busId, sizeof(pci.busId)));
+  info.bus_id = common::NormalizePciBusId(common::DriverBufferString(pci.busId, sizeof(pci.busId)));
   info.domain = pci.domain;
   info.bus = pci.bus;
   info.device = pci.device;
@@ -316,7 +295,7 @@ StatusOr<GpuInstanceProfile> Device::GetGpuInstanceProfile(std::uint32_t profile
   GpuInstanceProfile profile;
   profile.profile_index = profile_index;
   profile.id = info.id;
-  profile.name = FromBuffer(info.name, sizeof(info.name));
+  profile.name = common::DriverBufferString(info.name, sizeof(info.name));
   profile.p2p_supported = info.isP2pSupported != 0;
   profile.slice_count = info.sliceCount;
   profile.instance_count = info.instanceCount;
@@ -475,7 +454,7 @@ StatusOr<ComputeInstanceProfile> GpuInstance::GetComputeInstanceProfile(
   ComputeInstanceProfile profile;
   profile.profile_index = profile_index;
   profile.id = info.id;
-  profile.name = FromBuffer(info.name, sizeof(info.name));
+  profile.name = common::DriverBufferString(info.name, sizeof(info.name));
   profile.slice_count = info.sliceCount;
   profile.instance_count = info.instanceCount;
   profile.multiprocessor_count = info.multiprocessorCount;

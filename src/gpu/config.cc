@@ -14,17 +14,16 @@ namespace {
 using common::InvalidArgumentError;
 using common::OkStatus;
 using common::Status;
+using common::StatusOr;
 using common::WithEnv;
 
-bool ParseUnsigned(std::string_view text) {
-  std::uint32_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return error == std::errc() && end == text.data() + text.size() && !text.empty();
-}
+// Application errors: the GPU is fine (upstream's list, from NVIDIA's XID
+// catalogue).
+constexpr std::uint64_t kApplicationXids[] = {13, 31, 43, 45, 68, 109};
 
 std::string_view Trim(std::string_view text) {
-  while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
-  while (!text.empty() && text.back() == ' ') text.remove_suffix(1);
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   return text;
 }
 
@@ -43,16 +42,7 @@ Status PluginConfig::Validate(const common::FeatureGates& gates) const {
   if (gates.Enabled(common::kPassthroughSupport) && host_root.empty()) {
     return InvalidArgumentError("--host-root is required when PassthroughSupport is enabled");
   }
-  std::string_view xids = additional_xids_to_ignore;
-  while (!Trim(xids).empty()) {
-    const auto comma = xids.find(',');
-    const std::string_view xid = Trim(xids.substr(0, comma));
-    if (!ParseUnsigned(xid)) {
-      return InvalidArgumentError(fmt::format(
-          "--additional-xids-to-ignore: \"{}\" is not an unsigned integer", xid));
-    }
-    xids = comma == std::string_view::npos ? std::string_view() : xids.substr(comma + 1);
-  }
+  RETURN_IF_ERROR(XidPolicy::Parse(additional_xids_to_ignore).status());
   ASSIGN_OR_RETURN(const ConsumableShares parsed, ConsumableShares::Parse(consumable_shares));
   const std::string_view shares = consumable_shares;
   if (parsed.enabled() && !gates.Enabled(common::kConsumableShares)) {
@@ -93,6 +83,26 @@ void AddFlags(CLI::App& app, PluginConfig& config) {
           {"CONSUMABLE_SHARES"});
   common::AddMetricsFlags(app, config.metrics);
   common::AddKubeClientFlags(app, config.kube_client);
+}
+
+StatusOr<XidPolicy> XidPolicy::Parse(std::string_view additional) {
+  XidPolicy policy;
+  policy.ignored_.insert(std::begin(kApplicationXids), std::end(kApplicationXids));
+  while (!Trim(additional).empty()) {
+    const auto comma = additional.find(',');
+    const std::string_view item = Trim(additional.substr(0, comma));
+    std::uint64_t xid = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), xid);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size()) {
+      return InvalidArgumentError(fmt::format(
+          "--additional-xids-to-ignore: \"{}\" is not an XID (ADDITIONAL_XIDS_TO_IGNORE); give comma-separated "
+          "unsigned integers such as \"63,64\"",
+          item));
+    }
+    policy.ignored_.insert(xid);
+    additional = comma == std::string_view::npos ? std::string_view() : additional.substr(comma + 1);
+  }
+  return policy;
 }
 
 }  // namespace nvdra::gpu

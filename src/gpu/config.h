@@ -4,7 +4,10 @@
 // twins), its default, and the checks that need no I/O.
 // Ownership: plain values. Thread-safety: thread-compatible.
 
+#include <cstdint>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/feature_gates.h"
@@ -38,5 +41,21 @@ struct PluginConfig {
 };
 
 void AddFlags(CLI::App& app, PluginConfig& config);
+
+// Which XIDs the device health check (gpu/device_health.h) counts as
+// application errors: tainted with effect None (seen, but the GPU stays
+// schedulable and healthy), as upstream.
+class XidPolicy {
+ public:
+  // Upstream's defaults (13, 31, 43, 45, 68, 109) plus `additional`
+  // (--additional-xids-to-ignore: comma-separated unsigned integers, spaces
+  // allowed); kInvalidArgument naming the flag otherwise.
+  static common::StatusOr<XidPolicy> Parse(std::string_view additional);
+  [[nodiscard]] bool IsApplicationXid(std::uint64_t xid) const { return ignored_.contains(xid); }
+  [[nodiscard]] const std::set<std::uint64_t>& ignored() const { return ignored_; }
+
+ private:
+  std::set<std::uint64_t> ignored_;
+};
 
 }  // namespace nvdra::gpu

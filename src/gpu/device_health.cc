@@ -1,7 +1,6 @@
 #include "gpu/device_health.h"
 
 #include <algorithm>
-#include <charconv>
 #include <condition_variable>
 #include <mutex>
 #include <utility>
@@ -20,16 +19,6 @@ using common::StatusOr;
 using nlohmann::json;
 
 namespace {
-
-// Application errors: the GPU is fine (upstream's list, from NVIDIA's XID
-// catalogue).
-constexpr std::uint64_t kApplicationXids[] = {13, 31, 43, 45, 68, 109};
-
-std::string_view Trim(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
-  return text;
-}
 
 std::string_view EffectName(TaintEffect effect) { return effect == TaintEffect::kNone ? "None" : "NoSchedule"; }
 
@@ -79,28 +68,6 @@ json DeviceTaintJson(const DeviceTaint& taint) {
   json out = {{"key", taint.key}, {"effect", EffectName(taint.effect)}};
   if (!taint.value.empty()) out["value"] = taint.value;
   return out;
-}
-
-// --- XidPolicy ---------------------------------------------------------------------
-
-StatusOr<XidPolicy> XidPolicy::Parse(std::string_view additional) {
-  XidPolicy policy;
-  policy.ignored_.insert(std::begin(kApplicationXids), std::end(kApplicationXids));
-  while (!Trim(additional).empty()) {
-    const auto comma = additional.find(',');
-    const std::string_view item = Trim(additional.substr(0, comma));
-    std::uint64_t xid = 0;
-    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), xid);
-    if (item.empty() || error != std::errc() || end != item.data() + item.size()) {
-      return common::InvalidArgumentError(fmt::format(
-          "--additional-xids-to-ignore (ADDITIONAL_XIDS_TO_IGNORE): \"{}\" is not an XID; give comma-separated "
-          "unsigned integers such as \"63,64\"",
-          item));
-    }
-    policy.ignored_.insert(xid);
-    additional = comma == std::string_view::npos ? std::string_view() : additional.substr(comma + 1);
-  }
-  return policy;
 }
 
 // --- Watched devices -----------------------------------------------------------------

@@ -4,7 +4,7 @@
 // become device taints, kept across plugin restarts, which the plugin puts
 // into its ResourceSlices, the kubelet's health stream and Node Events.
 //
-// Defines: DeviceTaint, TaintEffect, XidPolicy, WatchedDevice,
+// Defines: DeviceTaint, TaintEffect, WatchedDevice,
 // WatchedDevicesOf, DeviceHealthBook, HealthNote, NvmlHealthMonitor,
 // DeviceTaintJson.
 //
@@ -58,6 +58,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "gpu/config.h"
 #include "gpu/discovery.h"
 #include "nvml/library.h"
 
@@ -91,20 +92,6 @@ struct DeviceTaint {
 
 // {"key", "value" (when set), "effect"}: an entry of a Device's taints.
 nlohmann::json DeviceTaintJson(const DeviceTaint& taint);
-
-// Which XIDs are application errors: tainted with effect None (seen, but the
-// GPU stays schedulable and healthy), as upstream.
-class XidPolicy {
- public:
-  // Upstream's defaults plus `additional` (comma-separated unsigned
-  // integers, spaces allowed); kInvalidArgument naming the flag otherwise.
-  static common::StatusOr<XidPolicy> Parse(std::string_view additional);
-  [[nodiscard]] bool IsApplicationXid(std::uint64_t xid) const { return ignored_.contains(xid); }
-  [[nodiscard]] const std::set<std::uint64_t>& ignored() const { return ignored_; }
-
- private:
-  std::set<std::uint64_t> ignored_;
-};
 
 // A published device and where NVML events name it.
 struct WatchedDevice {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "api/fabric_topology.h"
 #include "common/json_fields.h"
 
 namespace nvdra::api {
@@ -180,6 +181,26 @@ Status ValidateDeviceConfigs(const json& devices, std::string_view where, const 
   }
   if (problems.size() > kListed) joined += fmt::format("; and {} more", problems.size() - kListed);
   return common::InvalidArgumentError(fmt::format("{} configs failed to validate: {}", problems.size(), joined));
+}
+
+std::vector<std::string> DeviceConfigWarnings(const json& devices, std::string_view where) {
+  std::vector<std::string> warnings;
+  StatusOr<const json*> configs = DeviceConfigList(devices, where);
+  if (!configs.ok()) return warnings;
+  constexpr std::size_t kMostWarnings = 10;
+  for (std::size_t i = 0; i < (*configs)->size() && warnings.size() < kMostWarnings; ++i) {
+    const json* opaque = JsonFind((**configs)[i], "opaque");
+    if (opaque == nullptr || JsonString(*opaque, "driver") != kGpuDriverName) continue;
+    const json* parameters = JsonFind(*opaque, "parameters");
+    if (parameters == nullptr) continue;
+    const std::string path = fmt::format("{}.config[{}].opaque.parameters", where, i);
+    StatusOr<OpaqueConfig> decoded = DecodeOpaqueConfig(*parameters, path);
+    if (!decoded.ok()) continue;
+    for (std::string& warning : FabricTopologyWarnings(decoded->object, path)) {
+      if (warnings.size() < kMostWarnings) warnings.push_back(std::move(warning));
+    }
+  }
+  return warnings;
 }
 
 }  // namespace nvdra::api

@@ -10,6 +10,7 @@
 //
 // Thread-safety: values and pure functions.
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,5 +56,10 @@ common::StatusOr<const nlohmann::json*> DeviceConfigList(const nlohmann::json& d
 [[nodiscard]] common::Status ValidateDeviceConfigs(const nlohmann::json& devices, std::string_view where,
                                                    const common::FeatureGates& gates,
                                                    std::string_view driver = {});
+
+// Warnings for the admission answer: fields of valid gpu.nvidia.com configs
+// in `devices` that their settings ignore (FabricTopologyWarnings), named
+// by path as ValidateDeviceConfigs names problems. At most ten.
+std::vector<std::string> DeviceConfigWarnings(const nlohmann::json& devices, std::string_view where);
 
 }  // namespace nvdra::api

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "api/fabric_topology.h"
 #include "common/json_fields.h"
 #include "k8s/quantity.h"
 
@@ -27,7 +28,7 @@ namespace {
 // type each has. Deliberately a small table rather than a type per kind: the
 // plugins act on few fields, and the webhook must judge exactly the same way.
 struct Field {
-  enum class Type { kString, kInt, kBool, kObject, kStringMap, kQuantity };
+  enum class Type { kString, kInt, kNumber, kBool, kObject, kStringMap, kQuantity, kStringList, kStringOrInt };
   Type type = Type::kString;
   std::map<std::string, Field> fields;  // for kObject
 };
@@ -44,6 +45,18 @@ Field MpsConfigShape() {
                  {"multiUser", Scalar(Type::kBool)}});
 }
 
+// Seed 002's fields (api/fabric_topology.h), on GpuConfig and
+// VfioDeviceConfig.
+void AddFabricTopologyShape(std::map<std::string, Field>& top) {
+  top["fabricTopologyConfig"] = Object({{"strategy", Scalar(Type::kString)},
+                                        {"partitionSize", Scalar(Type::kInt)},
+                                        {"virtualizationModel", Scalar(Type::kString)},
+                                        {"minBandwidth", Scalar(Type::kNumber)},
+                                        {"maxLatency", Scalar(Type::kNumber)},
+                                        {"partitionIDs", Scalar(Type::kStringList)}});
+  top["fabricPartitionID"] = Scalar(Type::kStringOrInt);
+}
+
 Field KindShape(ConfigKind kind) {
   std::map<std::string, Field> top{{"apiVersion", Scalar(Type::kString)}, {"kind", Scalar(Type::kString)}};
   switch (kind) {
@@ -51,12 +64,14 @@ Field KindShape(ConfigKind kind) {
       top["sharing"] = Object({{"strategy", Scalar(Type::kString)},
                                {"timeSlicingConfig", Object({{"interval", Scalar(Type::kString)}})},
                                {"mpsConfig", MpsConfigShape()}});
+      AddFabricTopologyShape(top);
       break;
     case ConfigKind::kMigDeviceConfig:
       top["sharing"] = Object({{"strategy", Scalar(Type::kString)}, {"mpsConfig", MpsConfigShape()}});
       break;
     case ConfigKind::kVfioDeviceConfig:
       top["iommu"] = Object({{"backendPolicy", Scalar(Type::kString)}, {"enableAPIDevice", Scalar(Type::kBool)}});
+      AddFabricTopologyShape(top);
       break;
     case ConfigKind::kComputeDomainChannelConfig:
       top["domainID"] = Scalar(Type::kString);
@@ -73,6 +88,9 @@ std::string_view TypeName(Type type) {
   switch (type) {
     case Type::kString: return "a string";
     case Type::kInt: return "an integer";
+    case Type::kNumber: return "a number";
+    case Type::kStringList: return "a list of strings";
+    case Type::kStringOrInt: return "a string or an integer";
     case Type::kBool: return "true or false";
     case Type::kObject: return "an object";
     case Type::kStringMap: return "an object of quantities";
@@ -88,6 +106,11 @@ Status CheckShape(const json& value, const Field& shape, const std::string& path
   switch (shape.type) {
     case Type::kString: ok = value.is_string(); break;
     case Type::kInt: ok = value.is_number_integer(); break;
+    case Type::kNumber: ok = value.is_number(); break;
+    case Type::kStringOrInt: ok = value.is_string() || value.is_number_integer(); break;
+    case Type::kStringList:
+      ok = value.is_array() && std::all_of(value.begin(), value.end(), [](const json& item) { return item.is_string(); });
+      break;
     case Type::kBool: ok = value.is_boolean(); break;
     case Type::kQuantity: ok = value.is_string() || value.is_number(); break;
     case Type::kObject:
@@ -311,6 +334,8 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const 
   const json& object = config.object;
   switch (config.kind) {
     case ConfigKind::kGpuConfig:
+      RETURN_IF_ERROR(ValidateSharing(object, where, gates));
+      return ValidateFabricTopology(object, /*vfio=*/false, where, gates);
     case ConfigKind::kMigDeviceConfig:
       return ValidateSharing(object, where, gates);
     case ConfigKind::kVfioDeviceConfig: {
@@ -325,7 +350,7 @@ Status ValidateConfig(const OpaqueConfig& config, std::string_view where, const 
         return common::InvalidArgumentError(fmt::format(
             "{}.iommu.backendPolicy: \"{}\" is not one of LegacyOnly, PreferIommuFD", where, policy));
       }
-      return common::OkStatus();
+      return ValidateFabricTopology(object, /*vfio=*/true, where, gates);
     }
     case ConfigKind::kComputeDomainChannelConfig: {
       RETURN_IF_ERROR(ValidateDomainId(JsonString(object, "domainID"), where));

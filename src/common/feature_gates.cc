@@ -13,7 +13,8 @@ namespace {
 
 using Kind = FeatureDependency::Kind;
 
-// Names, defaults, stages and "since" releases match upstream's registry.
+// Names, defaults, stages and "since" releases match upstream's registry
+// (FabricTopologySupport, from seed 002, is ours alone).
 constexpr std::array kDriverSpecs = {
     FeatureSpec{kTimeSlicingSettings, false, Maturity::kAlpha, "0.2", false,
                 "GpuConfig time-slicing strategy and interval"},
@@ -41,6 +42,8 @@ constexpr std::array kDriverSpecs = {
                 "allows --imex-mode=hostManaged"},
     FeatureSpec{kConsumableShares, false, Maturity::kAlpha, "0.5", false,
                 "consumable capacity and multiple allocations per device"},
+    FeatureSpec{kFabricTopologySupport, false, Maturity::kAlpha, "0.6", false,
+                "GpuConfig fabricTopologyConfig: NVLink-topology-aware Fabric Manager partitions"},
     // component-base logging gates (Kubernetes releases, not driver releases).
     // Upstream turns ContextualLogging on; our logging has no other mode.
     FeatureSpec{kLoggingAlphaOptions, false, Maturity::kAlpha, "1.24", false,

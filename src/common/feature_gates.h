@@ -59,6 +59,10 @@ inline constexpr std::string_view kDRAListTypeAttributes = "DRAListTypeAttribute
 inline constexpr std::string_view kFabricManagerPartitioning = "FabricManagerPartitioning";
 inline constexpr std::string_view kHostManagedIMEXDaemon = "HostManagedIMEXDaemon";
 inline constexpr std::string_view kConsumableShares = "ConsumableShares";
+// Seed 002's NVLink-topology-aware Fabric Manager integration
+// (GpuConfig.fabricTopologyConfig); not an upstream gate. Also set by the
+// environment variable FABRIC_TOPOLOGY_SUPPORT (common/flags.h).
+inline constexpr std::string_view kFabricTopologySupport = "FabricTopologySupport";
 // Logging gates upstream inherits from Kubernetes component-base; accepted so
 // that existing --feature-gates values keep working.
 inline constexpr std::string_view kLoggingAlphaOptions = "LoggingAlphaOptions";

@@ -119,6 +119,10 @@ void AddCommonFlags(CLI::App& app, CommonFlags& flags, std::string_view binary_n
                          "Comma-separated Name=true|false pairs. Known gates:" +
                              FeatureGates::KnownFeaturesHelp()),
           {"FEATURE_GATES"});
+  WithEnv(app.add_option("--fabric-topology-support", flags.fabric_topology_support,
+                         "true or false: turns the FabricTopologySupport feature gate on or off (GpuConfig "
+                         "fabricTopologyConfig); the same as --feature-gates FabricTopologySupport=..."),
+          {"FABRIC_TOPOLOGY_SUPPORT"});
 }
 
 StatusOr<FeatureGates> ApplyCommonFlags(const CommonFlags& flags) {
@@ -132,7 +136,20 @@ StatusOr<FeatureGates> ApplyCommonFlags(const CommonFlags& flags) {
   RETURN_IF_ERROR(SetVmodule(flags.vmodule));
   StatusOr<FeatureGates> gates = FeatureGates::Parse(flags.feature_gates);
   if (!gates.ok()) return gates.status();
-  return gates;
+  if (flags.fabric_topology_support.empty()) return gates;
+  StatusOr<bool> fabric = ParseGoBool(flags.fabric_topology_support);
+  if (!fabric.ok()) {
+    return InvalidArgumentError(fmt::format("--fabric-topology-support (FABRIC_TOPOLOGY_SUPPORT): {}",
+                                            fabric.status().message()));
+  }
+  // Gate names are distinct words: a mention is an explicit entry.
+  if (flags.feature_gates.find(kFabricTopologySupport) != std::string::npos &&
+      gates->Enabled(kFabricTopologySupport) != *fabric) {
+    return InvalidArgumentError(fmt::format(
+        "FABRIC_TOPOLOGY_SUPPORT={} and --feature-gates {}={} disagree; set the gate in one place",
+        flags.fabric_topology_support, kFabricTopologySupport, !*fabric));
+  }
+  return gates->WithOverrides({{std::string(kFabricTopologySupport), *fabric}});
 }
 
 Status KubeClientFlags::Validate() const {

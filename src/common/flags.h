@@ -44,6 +44,9 @@ struct CommonFlags {
   std::string logging_format = "text";  // --logging-format, --log-format (LOGGING_FORMAT)
   std::string vmodule;  // --vmodule (VMODULE): per-file verbosity (common/log.h SetVmodule)
   std::string feature_gates;  // --feature-gates (FEATURE_GATES)
+  // --fabric-topology-support (FABRIC_TOPOLOGY_SUPPORT): seed 002's switch
+  // for the FabricTopologySupport gate; empty: as --feature-gates says.
+  std::string fabric_topology_support;
 };
 
 // Adds the common flags and --version (which prints VersionText(binary_name)
@@ -51,7 +54,9 @@ struct CommonFlags {
 void AddCommonFlags(CLI::App& app, CommonFlags& flags, std::string_view binary_name);
 
 // Checks -v and --logging-format, initializes logging from them, and parses
-// and validates --feature-gates. kInvalidArgument naming the flag.
+// and validates --feature-gates, with FABRIC_TOPOLOGY_SUPPORT applied over
+// it (an explicit FabricTopologySupport entry that disagrees is refused).
+// kInvalidArgument naming the flag.
 StatusOr<FeatureGates> ApplyCommonFlags(const CommonFlags& flags);
 
 // Kubernetes API client flags (GPU plugin, CD plugin, controller).

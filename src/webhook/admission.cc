@@ -42,8 +42,11 @@ AdmissionReply PlainError(int http_status, std::string message) {
   return reply;
 }
 
-AdmissionReply Respond(const std::string& uid, AdmissionOutcome outcome, std::string resource, std::string message) {
+AdmissionReply Respond(const std::string& uid, AdmissionOutcome outcome, std::string resource, std::string message,
+                       const std::vector<std::string>& warnings = {}) {
   json response = {{"uid", uid}, {"allowed", outcome == AdmissionOutcome::kAllowed}};
+  // kubectl prints each as "Warning: ..." (admission.k8s.io/v1 warnings).
+  if (!warnings.empty()) response["warnings"] = warnings;
   if (outcome != AdmissionOutcome::kAllowed) {
     const bool invalid = outcome == AdmissionOutcome::kDenied;
     response["status"] = {{"status", "Failure"},
@@ -177,7 +180,7 @@ AdmissionReply ReviewAdmission(std::string_view content_type, std::string_view b
   if (Status valid = api::ValidateDeviceConfigs(devices, where, gates); !valid.ok()) {
     return Respond(uid, AdmissionOutcome::kDenied, plural, std::string(valid.message()));
   }
-  return Respond(uid, AdmissionOutcome::kAllowed, plural, "");
+  return Respond(uid, AdmissionOutcome::kAllowed, plural, "", api::DeviceConfigWarnings(devices, where));
 }
 
 }  // namespace nvdra::webhook

@@ -161,6 +161,31 @@ TEST(ApplyCommonFlagsTest, ParsesFeatureGates) {
   EXPECT_TRUE(gates->Enabled(kMPSSupport));
 }
 
+// Seed 002: FABRIC_TOPOLOGY_SUPPORT=true turns the gate on, as
+// --feature-gates would; the two may not disagree.
+TEST(ApplyCommonFlagsTest, FabricTopologySupportFromTheEnvironment) {
+  ScopedEnv env("FABRIC_TOPOLOGY_SUPPORT", "true");
+  CLI::App app;
+  CommonFlags flags;
+  AddCommonFlags(app, flags, "test");
+  ASSERT_EQ(Parse(app, {}), std::nullopt);
+  StatusOr<FeatureGates> gates = ApplyCommonFlags(flags);
+  ASSERT_TRUE(gates.ok()) << gates.status();
+  EXPECT_TRUE(gates->Enabled(kFabricTopologySupport));
+  EXPECT_FALSE(FeatureGates::Defaults().Enabled(kFabricTopologySupport)) << "alpha: off by default";
+
+  flags.feature_gates = "FabricTopologySupport=true,MPSSupport=true";
+  ASSERT_TRUE(ApplyCommonFlags(flags).ok());
+  flags.feature_gates = "FabricTopologySupport=false";
+  EXPECT_THAT(ApplyCommonFlags(flags).status().message(),
+              HasSubstr("FABRIC_TOPOLOGY_SUPPORT=true and --feature-gates FabricTopologySupport=false disagree"));
+  flags.feature_gates.clear();
+  flags.fabric_topology_support = "yes";
+  EXPECT_THAT(ApplyCommonFlags(flags).status().message(), HasSubstr("FABRIC_TOPOLOGY_SUPPORT): invalid boolean"));
+  flags.fabric_topology_support = "false";
+  EXPECT_FALSE(ApplyCommonFlags(flags)->Enabled(kFabricTopologySupport));
+}
+
 TEST(ApplyCommonFlagsTest, RejectsBadGatesAndFormat) {
   CommonFlags gates;
   gates.feature_gates = "NoSuchGate=true";

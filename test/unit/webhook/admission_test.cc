@@ -345,6 +345,34 @@ TEST(ValidateDeviceConfigs, FollowsTheDriversFeatureGates) {
   EXPECT_NE(off.message().find("needs the feature gate TimeSlicingSettings"), std::string::npos) << off.message();
 }
 
+// Seed 002's example is admitted with the gate on, and the answer warns that
+// its partitionIDs do nothing under Auto; with the gate off it is denied
+// naming the gate.
+TEST(ReviewAdmission, FabricTopologyConfigIsGatedAndIgnoredFieldsComeBackAsWarnings) {
+  const json example = Params("GpuConfig", json::parse(R"({"fabricTopologyConfig": {"strategy": "Auto",
+      "partitionSize": 4, "virtualizationModel": "BareMetal", "minBandwidth": 600.0, "maxLatency": 0.1,
+      "partitionIDs": ["partition-1"]}})"));
+  const std::string body = Review("v1", false, Object("v1", false, json::array({Opaque("gpu.nvidia.com", example)}))).dump();
+  auto on = common::FeatureGates::Parse("FabricTopologySupport=true");
+  ASSERT_TRUE(on.ok());
+  AdmissionReply allowed = ReviewAdmission("application/json", body, *on);
+  ASSERT_EQ(allowed.outcome, AdmissionOutcome::kAllowed) << allowed.body;
+  const json response = json::parse(allowed.body)["response"];
+  ASSERT_EQ(response["warnings"].size(), 1U) << response.dump();
+  EXPECT_NE(response["warnings"][0].get<std::string>().find(
+                "spec.devices.config[0].opaque.parameters.fabricTopologyConfig.partitionIDs: ignored with strategy Auto"),
+            std::string::npos);
+
+  AdmissionReply denied = ReviewAdmission("application/json", body, Gates());
+  EXPECT_EQ(denied.outcome, AdmissionOutcome::kDenied);
+  EXPECT_NE(denied.message.find("requires the FabricTopologySupport feature gate: set FABRIC_TOPOLOGY_SUPPORT=true"),
+            std::string::npos)
+      << denied.message;
+  EXPECT_FALSE(Send(Review("v1", false, Object("v1", false, json::array({Opaque("gpu.nvidia.com", Params("GpuConfig"))}))))
+                   .response.contains("warnings"))
+      << "no warnings key when there is nothing to say";
+}
+
 // VFIO rules a claim spec shows before any device is allocated: the config
 // kind must fit the class of each request it names, a claim has at most one
 // VfioDeviceConfig, and backendPolicy is one of upstream's two.

@@ -203,7 +203,7 @@ TEST(ReviewAdmission, CountsAndJoinsEveryInvalidConfig) {
   ASSERT_EQ(answer.reply.outcome, AdmissionOutcome::kDenied);
   EXPECT_EQ(answer.response["status"]["message"],
             "2 configs failed to validate: spec.spec.devices.config[0].opaque.parameters.bogus: unknown field "
-            "(known fields here: apiVersion, kind, sharing); spec.spec.devices.config[2].opaque.parameters.domainID: "
+            "(known fields here: apiVersion, fabricPartitionID, fabricTopologyConfig, kind, sharing); spec.spec.devices.config[2].opaque.parameters.domainID: "
             "must be set to the ComputeDomain's UID");
 }
 

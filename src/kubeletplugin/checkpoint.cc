@@ -469,10 +469,13 @@ common::StatusOr<std::chrono::system_clock::time_point> ParseGoTime(std::string_
         fmt::format("time {}: want RFC 3339 like 2026-03-14T15:09:26Z", Quoted(text)));
   };
   std::size_t pos = 0;
+  // Exactly `width` digits: from_chars alone would also take a sign ("-1").
   auto number = [&](std::size_t width, int& out) {
     if (pos + width > text.size()) return false;
-    const auto r = std::from_chars(text.data() + pos, text.data() + pos + width, out);
-    if (r.ec != std::errc() || r.ptr != text.data() + pos + width) return false;
+    for (std::size_t i = pos; i < pos + width; ++i) {
+      if (text[i] < '0' || text[i] > '9') return false;
+    }
+    std::from_chars(text.data() + pos, text.data() + pos + width, out);
     pos += width;
     return true;
   };
@@ -513,15 +516,29 @@ common::StatusOr<std::chrono::system_clock::time_point> ParseGoTime(std::string_
     const int sign = text[pos] == '-' ? -1 : 1;
     ++pos;
     int hours = 0, minutes = 0;
-    if (!number(2, hours) || !expect(':') || !number(2, minutes)) return bad();
+    if (!number(2, hours) || !expect(':') || !number(2, minutes) || hours > 23 || minutes > 59) {
+      return bad();
+    }
     offset = std::chrono::seconds(sign * (hours * 3600 + minutes * 60));
   } else {
     return bad();
   }
   if (pos != text.size()) return bad();
-  const std::time_t t = ::timegm(&tm);
-  return std::chrono::time_point_cast<std::chrono::system_clock::duration>(
-      std::chrono::system_clock::from_time_t(t) - offset + fraction);
+  // system_clock counts nanoseconds in 64 bits, about 292 years either side
+  // of 1970, while RFC 3339 (and Go, whose zero time is 0001-01-01) reaches
+  // years 0 to 9999: converting such a time would overflow. Refused instead;
+  // the driver only writes times of now.
+  using std::chrono::seconds;
+  constexpr seconds kEarliest =
+      std::chrono::duration_cast<seconds>(std::chrono::system_clock::duration::min()) + seconds(1);
+  constexpr seconds kLatest =
+      std::chrono::duration_cast<seconds>(std::chrono::system_clock::duration::max()) - seconds(1);
+  const seconds since_epoch = seconds(::timegm(&tm)) - offset;
+  if (since_epoch < kEarliest || since_epoch > kLatest) {
+    return common::InvalidArgumentError(fmt::format(
+        "time {}: out of the range this driver's clock holds (years 1678 to 2262)", Quoted(text)));
+  }
+  return std::chrono::system_clock::time_point(since_epoch) + fraction;
 }
 
 }  // namespace nvdra::kubeletplugin

@@ -127,7 +127,8 @@ std::uint64_t KubeletChecksum(std::string_view json_bytes);
 std::string FormatGoTime(std::chrono::system_clock::time_point time);
 
 // Parses RFC 3339 as metav1.Time accepts it ("...Z" or "...+hh:mm", optional
-// fractional seconds). kInvalidArgument otherwise.
+// fractional seconds). kInvalidArgument otherwise, and for times outside what
+// system_clock holds (before 1678 or after 2262, Go's zero time included).
 common::StatusOr<std::chrono::system_clock::time_point> ParseGoTime(std::string_view text);
 
 }  // namespace nvdra::kubeletplugin

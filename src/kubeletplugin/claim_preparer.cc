@@ -455,7 +455,9 @@ StatusOr<int> ClaimPreparer::DropExpiredAborted() {
       continue;
     }
     StatusOr<std::chrono::system_clock::time_point> at = ParseGoTime(it->second.aborted_at);
-    if (at.ok() && now - *at < options_.aborted_ttl) {
+    // Not `now - *at`: for a time far from now (a hand-edited or hostile
+    // file) the difference overflows the clock's 64-bit nanoseconds.
+    if (at.ok() && *at > now - options_.aborted_ttl) {
       ++it;
       continue;
     }

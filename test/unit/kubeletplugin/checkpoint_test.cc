@@ -355,5 +355,32 @@ TEST(GoTimeTest, ParsesOffsetsAndFractions) {
   }
 }
 
+// Found by fuzz.duration (test/fuzz): a year outside 1678..2262 overflowed
+// system_clock's nanoseconds (undefined behaviour) instead of failing, and a
+// checkpoint's abortedAt may hold any year, Go's zero time included.
+TEST(GoTimeTest, TimesTheClockCannotHoldAreRefusedNotOverflowed) {
+  for (const char* far : {"0001-01-01T00:00:00Z", "0026-03-14T15:09:26Z", "1677-09-21T00:12:43Z",
+                          "2262-04-11T23:47:17Z", "6026-03-14T15:09:26Z", "9999-12-31T23:59:59.999+00:00"}) {
+    auto parsed = ParseGoTime(far);
+    EXPECT_EQ(parsed.status().code(), common::StatusCode::kInvalidArgument) << far;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("out of the range")) << far;
+  }
+  for (const char* near_edge : {"1678-01-01T00:00:00Z", "2262-01-01T00:00:00.5Z", "1970-01-01T00:00:00Z"}) {
+    auto parsed = ParseGoTime(near_edge);
+    ASSERT_TRUE(parsed.ok()) << near_edge << ": " << parsed.status();
+    EXPECT_EQ(FormatGoTime(*parsed), std::string(near_edge).substr(0, 19) + "Z");
+  }
+}
+
+// Found by fuzz.duration: from_chars took a sign inside a fixed-width field,
+// so an hour of "-1" or an offset of "+-1:00" was read as a time.
+TEST(GoTimeTest, FieldsAreDigitsOnlyAndOffsetsAreInRange) {
+  for (const char* bad : {"2026-03-14T-1:09:26Z", "2026-03-14T15:09:-6Z", "-026-03-14T15:09:26Z",
+                          "2026-03-14T15:09:26+-1:00", "2026-03-14T15:09:26+24:00", "2026-03-14T15:09:26-01:60",
+                          "+026-03-14T15:09:26Z"}) {
+    EXPECT_EQ(ParseGoTime(bad).status().code(), common::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace nvdra::kubeletplugin

@@ -626,6 +626,22 @@ TEST_F(ClaimPreparerTest, ReconcileUnpreparesDeletedAndReplacedClaimsAndKeepsUnr
   EXPECT_EQ(backend_.node_devices.size(), 1u);
 }
 
+// An abortedAt centuries ago (a hand-edited or hostile checkpoint; found
+// while fuzzing ParseGoTime, test/fuzz) is expired: `now - abortedAt` used to
+// overflow 64-bit nanoseconds and wrap negative, keeping the entry forever.
+TEST_F(ClaimPreparerTest, ReconcileDropsAPrepareAbortedEntryFromCenturiesAgo) {
+  auto preparer = NewPreparer(/*record_aborted=*/true);
+  const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});
+  backend_.next_prepare_failures = {common::InternalError("fails")};
+  ASSERT_NE(Prepare(*preparer, claim).error, "");
+  ASSERT_EQ(Unprepare(*preparer, claim), "");
+  Checkpoint checkpoint = OnDisk();
+  checkpoint.claims.at("uid-1").aborted_at = "1700-01-01T00:00:00Z";
+  ASSERT_TRUE(CheckpointStore(dir_ / "checkpoint.json").Store(checkpoint).ok());
+  EXPECT_EQ(*preparer->Reconcile(), 1);
+  EXPECT_TRUE(OnDisk().claims.empty());
+}
+
 TEST_F(ClaimPreparerTest, ReconcileDropsPrepareAbortedEntriesOnceTheirTimeToLiveHasPassed) {
   auto preparer = NewPreparer(/*record_aborted=*/true);
   const ordered_json claim = PutClaim("uid-1", "c1", {"gpu-0"});

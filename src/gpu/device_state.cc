@@ -68,6 +68,8 @@ GpuDeviceState::GpuDeviceState(NodeInventory inventory, const GpuCdi& cdi, Compu
       dynamic_mig_(options.dynamic_mig),
       vfio_(options.vfio),
       fabric_(options.fabric),
+      exact_set_partitions_(options.exact_set_partitions),
+      on_fabric_note_(std::move(options.on_fabric_note)),
       device_metadata_(std::move(options.device_metadata)),
       on_withdrawn_changed_(std::move(options.on_withdrawn_changed)) {
   for (const GpuInfo& gpu : inventory_.gpus) {
@@ -134,7 +136,7 @@ const GpuInfo* GpuDeviceState::WholeGpuOf(const std::string& device) const {
   return nullptr;
 }
 
-StatusOr<std::optional<std::uint32_t>> GpuDeviceState::FabricPartitionOf(const std::vector<std::string>& devices) const {
+StatusOr<std::set<std::uint32_t>> GpuDeviceState::ModulesOf(const std::vector<std::string>& devices) const {
   std::set<std::uint32_t> modules;
   for (const std::string& device : devices) {
     const GpuInfo* gpu = WholeGpuOf(device);
@@ -147,12 +149,93 @@ StatusOr<std::optional<std::uint32_t>> GpuDeviceState::FabricPartitionOf(const s
     }
     modules.insert(*gpu->module_id);
   }
+  return modules;
+}
+
+StatusOr<std::optional<std::uint32_t>> GpuDeviceState::FabricPartitionOf(const std::vector<std::string>& devices) const {
+  ASSIGN_OR_RETURN(const std::set<std::uint32_t> modules, ModulesOf(devices));
   if (modules.empty()) return std::optional<std::uint32_t>();
   if (std::optional<std::uint32_t> id = fabric_->table().Exactly(modules)) return id;
   return common::FailedPreconditionError(fmt::format(
       "Fabric Manager: the claim's GPUs (module ids {}) are not exactly one fabric partition; ask the scheduler for "
       "GPUs of one partition with a constraint matchAttribute: gpu.nvidia.com/partition{}",
       fmt::join(modules, ","), modules.size()));
+}
+
+StatusOr<GpuDeviceState::ClaimFabricPlan> GpuDeviceState::PlanClaimFabric(const kubeletplugin::ClaimView& claim,
+                                                                           bool check_figures) {
+  ClaimFabricPlan plan;
+  plan.per_group.resize(claim.groups.size());
+  std::optional<std::vector<fabricmanager::Partition>> live;
+  std::vector<std::string> rest;  // whole GPUs under no fabricTopologyConfig
+  std::optional<std::size_t> rest_group;
+  for (std::size_t i = 0; i < claim.groups.size(); ++i) {
+    const api::ConfiguredResults& group = claim.groups[i];
+    std::vector<std::string> names;
+    for (const api::AllocatedDevice& allocated : group.results) {
+      if (WholeGpuOf(allocated.device) != nullptr) names.push_back(allocated.device);
+    }
+    const bool takes_fabric = group.config.kind == api::ConfigKind::kGpuConfig ||
+                              group.config.kind == api::ConfigKind::kVfioDeviceConfig;
+    const std::optional<api::FabricTopology> topology =
+        takes_fabric ? api::FabricTopologyOf(group.config.object, group.source) : std::nullopt;
+    if (!topology) {
+      if (!names.empty() && !rest_group) rest_group = i;
+      rest.insert(rest.end(), names.begin(), names.end());
+      continue;
+    }
+    ASSIGN_OR_RETURN(const std::set<std::uint32_t> modules, ModulesOf(names));
+    const bool acts = topology->strategy != api::FabricStrategy::kDisabled &&
+                      topology->model != api::VirtualizationModel::kVGPU;
+    if (fabric_ == nullptr && acts) {
+      return common::FailedPreconditionError(fmt::format(
+          "{}: this node has no NVSwitch fabric that Fabric Manager manages (no NVSwitch under "
+          "/proc/driver/nvidia-nvswitch/devices, or FM unreachable at start-up: see the plugin's log); ask for GPUs "
+          "with a constraint matchAttribute: gpu.nvidia.com/partition<count>, which only such nodes publish, or use "
+          "strategy Disabled",
+          topology->field));
+    }
+    const std::vector<fabricmanager::Partition> none;
+    const std::vector<fabricmanager::Partition>* partitions = &none;
+    if (fabric_ != nullptr && acts) {
+      if (!check_figures) {
+        partitions = &fabric_->table().partitions();
+      } else {
+        if (!live) {
+          ASSIGN_OR_RETURN(live, fabric_->ListNow());
+        }
+        partitions = &*live;
+      }
+    }
+    ASSIGN_OR_RETURN(FabricPlan group_plan, PlanFabricTopology(*topology, modules, *partitions, check_figures));
+    if (!group_plan.note.empty()) plan.notes.push_back(std::move(group_plan.note));
+    plan.per_group[i] = std::move(group_plan.activate);
+  }
+  if (fabric_ != nullptr && exact_set_partitions_ && rest_group) {
+    ASSIGN_OR_RETURN(const std::optional<std::uint32_t> partition, FabricPartitionOf(rest));
+    if (partition) plan.per_group[*rest_group].push_back(*partition);
+  }
+  return plan;
+}
+
+std::optional<std::set<std::uint32_t>> GpuDeviceState::RecordedPartitions(
+    const kubeletplugin::CheckpointedClaim& entry) const {
+  std::set<std::uint32_t> ids;
+  bool recorded = false;
+  std::vector<std::string> names;
+  for (const PreparedDeviceGroup& group : entry.prepared_devices) {
+    for (const kubeletplugin::PreparedDeviceEntry& device : group.devices) names.push_back(device.device.device.device_name);
+    const auto* state = std::get_if<kubeletplugin::GpuConfigState>(&group.config_state);
+    if (state == nullptr || !state->fabric_partition_ids) continue;
+    recorded = true;
+    ids.insert(state->fabric_partition_ids->begin(), state->fabric_partition_ids->end());
+  }
+  if (recorded) return ids;
+  // An entry an older plugin wrote: FabricManagerPartitioning's rule.
+  if (fabric_ == nullptr || !exact_set_partitions_) return std::nullopt;
+  StatusOr<std::optional<std::uint32_t>> partition = FabricPartitionOf(names);
+  if (partition.ok() && *partition) ids.insert(**partition);
+  return ids;
 }
 
 std::set<std::string> GpuDeviceState::Withdrawn() const {
@@ -249,22 +332,25 @@ StatusOr<std::vector<PreparedDeviceGroup>> GpuDeviceState::PrepareDevices(const 
         "supported per claim: use one VfioDeviceConfig for all its VFIO requests",
         claim.ref.uid, vfio_groups));
   }
-  if (fabric_ != nullptr) {
-    // Before the GPUs are touched (upstream's order: VFIO binds come after).
-    std::vector<std::string> names;
-    for (const api::ConfiguredResults& configured : claim.groups) {
-      for (const api::AllocatedDevice& allocated : configured.results) names.push_back(allocated.device);
-    }
-    ASSIGN_OR_RETURN(const std::optional<std::uint32_t> partition, FabricPartitionOf(names));
-    if (partition) {
-      RETURN_IF_ERROR(fabric_->Activate(*partition));
+  // Fabric Manager before the GPUs are touched (upstream's order: VFIO binds
+  // come after).
+  ASSIGN_OR_RETURN(const ClaimFabricPlan fabric_plan, PlanClaimFabric(claim, /*check_figures=*/true));
+  for (const std::vector<std::uint32_t>& ids : fabric_plan.per_group) {
+    for (std::uint32_t id : ids) {
+      RETURN_IF_ERROR(fabric_->Activate(id));
       common::CrashPoint("prepare-after-fabric-activate");
     }
   }
+  for (const std::string& note : fabric_plan.notes) {
+    LOG_INFO(1, "fabricTopologyConfig: no fabric action", {{"claim", claim.ref.uid}, {"note", note}});
+    if (on_fabric_note_) on_fabric_note_(claim.ref, note);
+  }
   std::set<std::string> held;
-  for (const api::ConfiguredResults& configured : claim.groups) {
+  for (std::size_t group_index = 0; group_index < claim.groups.size(); ++group_index) {
+    const api::ConfiguredResults& configured = claim.groups[group_index];
     PreparedDeviceGroup group{.devices = {}, .config_state = kubeletplugin::GpuConfigState{}};
     auto& config_state = std::get<kubeletplugin::GpuConfigState>(group.config_state);
+    if (fabric_ != nullptr) config_state.fabric_partition_ids = fabric_plan.per_group[group_index];
     // MPS first: its daemon's edits go to every device of the group.
     kubeletplugin::CdiContainerEdits group_edits;
     if (std::optional<MpsDaemonSpec> mps = MpsSpecOf(claim.ref.uid, configured)) {
@@ -500,12 +586,7 @@ Status GpuDeviceState::SyncFabricPartitions(const kubeletplugin::Checkpoint& che
   std::set<std::uint32_t> needed;
   for (const auto& [uid, entry] : checkpoint.claims) {
     if (entry.state != kubeletplugin::ClaimCheckpointState::kPrepareCompleted) continue;
-    std::vector<std::string> names;
-    for (const PreparedDeviceGroup& group : entry.prepared_devices) {
-      for (const kubeletplugin::PreparedDeviceEntry& device : group.devices) names.push_back(device.device.device.device_name);
-    }
-    StatusOr<std::optional<std::uint32_t>> partition = FabricPartitionOf(names);
-    if (partition.ok() && *partition) needed.insert(**partition);
+    if (std::optional<std::set<std::uint32_t>> ids = RecordedPartitions(entry)) needed.merge(*ids);
   }
   ASSIGN_OR_RETURN(const std::set<std::uint32_t> active, fabric_->ActiveNow());
   // Deactivations first: a needed partition may share GPUs with a leftover.
@@ -524,13 +605,25 @@ Status GpuDeviceState::SyncFabricPartitions(const kubeletplugin::Checkpoint& che
 }
 
 Status GpuDeviceState::DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim) {
-  // The entry's devices, or a PrepareStarted leftover's allocation (a crash
-  // may have come after the activation).
+  std::set<std::uint32_t> ids = RecordedPartitions(claim.entry).value_or(std::set<std::uint32_t>());
+  // A PrepareStarted leftover: what its allocation may have activated (a
+  // crash may have come after the activation).
+  if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+    StatusOr<ClaimFabricPlan> plan = PlanClaimFabric(*claim.view, /*check_figures=*/false);
+    if (!plan.ok()) {
+      // Nothing this claim could have activated.
+      LOG_WARNING("Fabric Manager: no partition to deactivate for the claim",
+                  {{"claim", claim.ref.uid}, {"reason", plan.status().message()}});
+    } else {
+      for (const std::vector<std::uint32_t>& group_ids : plan->per_group) ids.insert(group_ids.begin(), group_ids.end());
+    }
+  }
+  if (ids.empty()) return common::OkStatus();
   std::vector<std::string> names;
   for (const PreparedDeviceGroup& group : claim.entry.prepared_devices) {
     for (const kubeletplugin::PreparedDeviceEntry& entry : group.devices) names.push_back(entry.device.device.device_name);
   }
-  if (claim.entry.state == kubeletplugin::ClaimCheckpointState::kPrepareStarted && claim.view.ok()) {
+  if (claim.view.ok()) {
     for (const api::ConfiguredResults& group : claim.view->groups) {
       for (const api::AllocatedDevice& allocated : group.results) names.push_back(allocated.device);
     }
@@ -539,15 +632,8 @@ Status GpuDeviceState::DeactivateFabricPartitionOf(const kubeletplugin::Recorded
     // Shared under consumable shares: the partition stays for the other claim.
     if (WholeGpuOf(name) != nullptr && claim.held_by_other_claims.contains(name)) return common::OkStatus();
   }
-  StatusOr<std::optional<std::uint32_t>> partition = FabricPartitionOf(names);
-  if (!partition.ok()) {
-    // Nothing this claim could have activated.
-    LOG_WARNING("Fabric Manager: no partition to deactivate for the claim",
-                {{"claim", claim.ref.uid}, {"reason", partition.status().message()}});
-    return common::OkStatus();
-  }
-  if (!*partition) return common::OkStatus();
-  return fabric_->Deactivate(**partition);
+  for (std::uint32_t id : ids) RETURN_IF_ERROR(fabric_->Deactivate(id));
+  return common::OkStatus();
 }
 
 Status GpuDeviceState::UnprepareDevices(const kubeletplugin::RecordedClaim& claim) {

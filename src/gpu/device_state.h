@@ -91,10 +91,17 @@ struct GpuDeviceStateOptions {
   const DynamicMig* dynamic_mig = nullptr;
   // PassthroughSupport: gpu-vfio-<n> devices. Null: off.
   VfioPassthrough* vfio = nullptr;
-  // FabricManagerPartitioning on an NVSwitch node: Prepare activates the
-  // partition of exactly the claim's full and VFIO GPUs, Unprepare
-  // deactivates it (gpu/fabric_partitions.h). Null: off.
+  // Fabric Manager on an NVSwitch node (FabricManagerPartitioning or
+  // FabricTopologySupport on; gpu/fabric_partitions.h). Null: off, or no
+  // NVSwitch fabric here.
   FabricPartitions* fabric = nullptr;
+  // FabricManagerPartitioning: Prepare activates the partition of exactly
+  // the claim's full and VFIO GPUs not under a fabricTopologyConfig, and
+  // Unprepare deactivates it.
+  bool exact_set_partitions = false;
+  // Said about a claim whose fabricTopologyConfig applies without a fabric
+  // action (Disabled, VGPU, FullPassthrough): an Event on the claim.
+  std::function<void(const kubeletplugin::ClaimRef& claim, const std::string& note)> on_fabric_note{};
   // Called, under pu.lock, when the devices to withdraw from the slice
   // change (PassthroughSupport), with the new Withdrawn().
   std::function<void(const std::set<std::string>& withdrawn)> on_withdrawn_changed{};
@@ -145,6 +152,21 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   // among `devices`; nullopt when there are none. kFailedPrecondition when
   // those GPUs are no partition (the message says how to ask for one).
   common::StatusOr<std::optional<std::uint32_t>> FabricPartitionOf(const std::vector<std::string>& devices) const;
+  // The module ids of the whole GPUs among `devices`.
+  common::StatusOr<std::set<std::uint32_t>> ModulesOf(const std::vector<std::string>& devices) const;
+  // The partitions to activate for `claim`, one list per group (a
+  // fabricTopologyConfig's plan, or the exact-set partition on the first
+  // group of whole GPUs without one), and the notes to say. `check_figures`
+  // false: for a crashed Prepare's leftover (what it may have activated).
+  struct ClaimFabricPlan {
+    std::vector<std::vector<std::uint32_t>> per_group;
+    std::vector<std::string> notes;
+  };
+  common::StatusOr<ClaimFabricPlan> PlanClaimFabric(const kubeletplugin::ClaimView& claim, bool check_figures);
+  // The partitions a checkpoint entry says its claim holds; nullopt for an
+  // entry without the record (an older plugin's), then derived from its
+  // devices as FabricManagerPartitioning does.
+  std::optional<std::set<std::uint32_t>> RecordedPartitions(const kubeletplugin::CheckpointedClaim& entry) const;
   // Unprepare: deactivates the claim's partition unless another prepared
   // claim holds one of its GPUs.
   common::Status DeactivateFabricPartitionOf(const kubeletplugin::RecordedClaim& claim);
@@ -169,6 +191,8 @@ class GpuDeviceState final : public kubeletplugin::ClaimDeviceBackend {
   const DynamicMig* const dynamic_mig_;
   VfioPassthrough* const vfio_;
   FabricPartitions* const fabric_;
+  const bool exact_set_partitions_;
+  const std::function<void(const kubeletplugin::ClaimRef&, const std::string&)> on_fabric_note_;
   const std::map<std::string, nlohmann::json> device_metadata_;
   const std::function<void(const std::set<std::string>&)> on_withdrawn_changed_;
   std::map<std::string, StateDeviceKind> devices_;  // refers into inventory_ and vfio_'s functions

@@ -19,9 +19,16 @@
 //     (a Prepare that crashed after activating) and activates what FM lost
 //     (an FM restart). The plugin owns the node's partitions in this mode.
 //
+// Seed 002's fabricTopologyConfig (gate FabricTopologySupport,
+// api/fabric_topology.h) is planned here too: PlanFabricTopology turns a
+// config and the GPUs the scheduler gave into the partitions to activate,
+// checking them against FM's live NVLink figures (PartitionFiguresOf: the
+// model docs/fabric-manager.md states).
+//
 // Defines: PartitionTable, FabricPartitions (what the device state uses),
 // FmFabricPartitions (over libnvfm), FabricManagerAddressFromEnv,
-// NodeHasNvSwitchFabric.
+// NodeHasNvSwitchFabric, PartitionFigures, PartitionFiguresOf, FabricPlan,
+// PlanFabricTopology.
 //
 // Ownership: FmFabricPartitions owns its Library and connects per call, as
 // upstream (FM drops connections when it restarts). Thread-safety:
@@ -37,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "api/fabric_topology.h"
 #include "common/status.h"
 #include "fabricmanager/library.h"
 
@@ -69,9 +77,46 @@ class FabricPartitions {
   // without error.
   virtual common::Status Activate(std::uint32_t id) = 0;
   virtual common::Status Deactivate(std::uint32_t id) = 0;
-  // The partitions FM has active now (asked live: FM may have restarted).
-  virtual common::StatusOr<std::set<std::uint32_t>> ActiveNow() = 0;
+  // FM's partitions now, with their is_active and NVLink figures (asked
+  // live: FM may have restarted, NVLinks may have failed).
+  virtual common::StatusOr<std::vector<fabricmanager::Partition>> ListNow() = 0;
+  // The ids of ListNow() that are active.
+  common::StatusOr<std::set<std::uint32_t>> ActiveNow();
 };
+
+// What a partition's NVLinks give, by the model docs/fabric-manager.md
+// states: bandwidth is its weakest GPU's NVLinks available in the partition
+// x their line rate, both directions (the way NVIDIA quotes "900 GB/s" for
+// an H100), in GB/s; latency is one NVSwitch hop between any two of its
+// GPUs, kNvSwitchHopLatencyMs, when every GPU has an NVLink, and infinite
+// (no NVLink path) when one has none.
+inline constexpr double kNvSwitchHopLatencyMs = 0.001;
+struct PartitionFigures {
+  double bandwidth_gbps = 0;
+  double latency_ms = 0;
+  std::uint32_t weakest_links = 0;    // NVLinks of the GPU with fewest
+  std::uint32_t line_rate_mbps = 0;   // per link and direction
+};
+PartitionFigures PartitionFiguresOf(const fabricmanager::Partition& partition);
+
+// What Prepare does for a fabricTopologyConfig.
+struct FabricPlan {
+  std::vector<std::uint32_t> activate;  // partitions the driver activates (and later deactivates)
+  // Why nothing is activated where the config still applies (Disabled,
+  // VGPU, FullPassthrough): said in an Event on the claim. Empty otherwise.
+  std::string note;
+};
+
+// Plans `config` for the whole GPUs with module ids `modules` (those under
+// the config in the allocation), against FM's `partitions` (ListNow()).
+// kFailedPrecondition naming config.field and the figures when the GPUs are
+// not the partition(s) the config says or a partition misses a bound.
+// `check_figures` false skips the bandwidth and latency bounds (to find
+// what a crashed Prepare may have activated).
+common::StatusOr<FabricPlan> PlanFabricTopology(const api::FabricTopology& config,
+                                                const std::set<std::uint32_t>& modules,
+                                                const std::vector<fabricmanager::Partition>& partitions,
+                                                bool check_figures = true);
 
 // Where upstream's plugin reaches FM: TCP to $NVIDIA_FABRICMANAGER_ADDRESS
 // when set (127.0.0.1 when set but empty), else the Unix socket
@@ -93,7 +138,7 @@ class FmFabricPartitions final : public FabricPartitions {
   const PartitionTable& table() const override { return table_; }
   common::Status Activate(std::uint32_t id) override;
   common::Status Deactivate(std::uint32_t id) override;
-  common::StatusOr<std::set<std::uint32_t>> ActiveNow() override;
+  common::StatusOr<std::vector<fabricmanager::Partition>> ListNow() override;
 
  private:
   FmFabricPartitions(std::unique_ptr<fabricmanager::Library> library, fabricmanager::Address address,

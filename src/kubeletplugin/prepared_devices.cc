@@ -82,6 +82,7 @@ Json EncodeConfigState(const PreparedConfigState& state) {
                    if (!gpu.mps_control_daemon_id.empty()) out["mpsControlDaemonID"] = gpu.mps_control_daemon_id;
                    if (gpu.mps_applied) out["mpsApplied"] = *gpu.mps_applied;
                    if (gpu.time_slice_applied) out["timeSliceApplied"] = *gpu.time_slice_applied;
+                   if (gpu.fabric_partition_ids) out["fabricPartitionIDs"] = *gpu.fabric_partition_ids;
                  },
                  [&](const CdConfigState& cd) {
                    out["Type"] = cd.type;
@@ -137,6 +138,21 @@ StatusOr<std::vector<std::string>> ReadStrings(const Json& object, std::string_v
     out.push_back(item.get<std::string>());
   }
   return out;
+}
+
+StatusOr<std::optional<std::vector<std::uint32_t>>> ReadPartitionIds(const Json& object, std::string_view key,
+                                                                      std::string_view where) {
+  const Json* v = Member(object, key);
+  if (v == nullptr) return std::optional<std::vector<std::uint32_t>>();
+  if (!v->is_array()) return WrongType(fmt::format("{}.{}", where, key), "an array of partition ids", *v);
+  std::vector<std::uint32_t> ids;
+  for (const Json& item : *v) {
+    if (!item.is_number_unsigned() || item.get<std::uint64_t>() > UINT32_MAX) {
+      return WrongType(fmt::format("{}.{}[]", where, key), "a partition id", item);
+    }
+    ids.push_back(static_cast<std::uint32_t>(item.get<std::uint64_t>()));
+  }
+  return std::optional(std::move(ids));
 }
 
 // An object member (absent or null: an empty object).
@@ -271,6 +287,7 @@ StatusOr<PreparedDeviceGroup> DecodeGroup(const Json& group, const std::string& 
     ASSIGN_OR_RETURN(gpu.mps_control_daemon_id, ReadString(state, "mpsControlDaemonID", at));
     ASSIGN_OR_RETURN(gpu.mps_applied, ReadBool(state, "mpsApplied", at));
     ASSIGN_OR_RETURN(gpu.time_slice_applied, ReadBool(state, "timeSliceApplied", at));
+    ASSIGN_OR_RETURN(gpu.fabric_partition_ids, ReadPartitionIds(state, "fabricPartitionIDs", at));
     out.config_state = std::move(gpu);
   }
   return out;

@@ -27,6 +27,7 @@
 //
 // Ownership: values. Thread-safety: thread-compatible values, pure functions.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -105,6 +106,11 @@ struct GpuConfigState {
   std::string mps_control_daemon_id;    // omitted when empty
   std::optional<bool> mps_applied;      // omitted when unset
   std::optional<bool> time_slice_applied;  // omitted when unset
+  // Fabric Manager partitions the plugin activated for the claim
+  // ("fabricPartitionIDs", ours alone; upstream's decoder ignores it).
+  // nullopt: not recorded (no fabric on the node, or an older plugin wrote
+  // the entry); empty: the claim needs none.
+  std::optional<std::vector<std::uint32_t>> fabric_partition_ids{};
   friend bool operator==(const GpuConfigState&, const GpuConfigState&) = default;
 };
 

@@ -754,12 +754,17 @@ TEST_F(GpuDeviceStateVfioTest, TheSweepGivesBackWhatNoPreparedClaimHolds) {
 }
 
 // A Fabric Manager partition of GPUs with these module ids.
+// Each GPU with 18 NVLink4 links in the partition (one without a peer: none),
+// as the hgx-h100 profile's Fabric Manager gives them.
 fabricmanager::Partition Partition(std::uint32_t id, const std::vector<std::uint32_t>& modules) {
   fabricmanager::Partition p;
   p.id = id;
   for (std::uint32_t module : modules) {
     fabricmanager::PartitionGpu gpu;
     gpu.physical_id = module;
+    gpu.num_nvlinks_available = modules.size() > 1 ? 18 : 0;
+    gpu.max_num_nvlinks = 18;
+    gpu.nvlink_line_rate_mbps = 26562;
     p.gpus.push_back(gpu);
   }
   return p;
@@ -785,8 +790,20 @@ class FakeFabricPartitions final : public FabricPartitions {
     if (failure.ok()) active.erase(id);
     return failure;
   }
-  common::StatusOr<std::set<std::uint32_t>> ActiveNow() override { return active; }
+  common::StatusOr<std::vector<fabricmanager::Partition>> ListNow() override {
+    std::vector<fabricmanager::Partition> partitions = table_.partitions();
+    for (fabricmanager::Partition& partition : partitions) {
+      partition.is_active = active.contains(partition.id);
+      for (fabricmanager::PartitionGpu& gpu : partition.gpus) {
+        if (auto failed = failed_links.find(gpu.physical_id); failed != failed_links.end()) {
+          gpu.num_nvlinks_available -= std::min(gpu.num_nvlinks_available, failed->second);
+        }
+      }
+    }
+    return partitions;
+  }
   std::set<std::uint32_t> active;
+  std::map<std::uint32_t, std::uint32_t> failed_links;  // module id -> NVLinks down
   std::vector<std::string> calls;
   common::Status failure;
 
@@ -806,7 +823,7 @@ class GpuDeviceStateFabricTest : public GpuDeviceStateTest {
       inventory.gpus.push_back(gpu);
     }
     state_ = std::make_unique<GpuDeviceState>(std::move(inventory), *cdi_, policy_,
-                                              GpuDeviceStateOptions{.fabric = &fabric_});
+                                              GpuDeviceStateOptions{.fabric = &fabric_, .exact_set_partitions = true});
   }
   static kubeletplugin::ClaimView Claim(const std::string& uid, std::vector<std::string> devices) {
     api::ConfiguredResults group = Group(api::ConfigKind::kGpuConfig, devices.front());
@@ -896,6 +913,182 @@ TEST_F(GpuDeviceStateFabricTest, TheSweepMakesFabricManagersActiveSetThatOfTheCo
   fabric_.calls.clear();
   ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
   EXPECT_TRUE(fabric_.calls.empty()) << "nothing to do once in step";
+}
+
+// Seed 002's fabricTopologyConfig (FabricTopologySupport) on the same
+// 4-GPU node: partitions 0 {1,2,3,4}, 1 {1,2}, 2 {3,4}, 3 {1}, 4 {2}; each
+// GPU with 18 NVLinks of 26562 MB/s in a multi-GPU partition (956.2 GB/s).
+class GpuDeviceStateFabricTopologyTest : public GpuDeviceStateFabricTest {
+ protected:
+  void SetUp() override {
+    GpuDeviceStateFabricTest::SetUp();
+    Remake(&fabric_, /*exact_set=*/false);
+  }
+  void Remake(FabricPartitions* fabric, bool exact_set) {
+    NodeInventory inventory = state_->inventory();
+    state_ = std::make_unique<GpuDeviceState>(
+        std::move(inventory), *cdi_, policy_,
+        GpuDeviceStateOptions{.fabric = fabric,
+                              .exact_set_partitions = exact_set,
+                              .on_fabric_note = [this](const kubeletplugin::ClaimRef& claim, const std::string& note) {
+                                notes.push_back(claim.uid + ": " + note);
+                              }});
+  }
+  static kubeletplugin::ClaimView Topology(const std::string& uid, std::vector<std::string> devices,
+                                           nlohmann::json topology) {
+    kubeletplugin::ClaimView view = Claim(uid, std::move(devices));
+    view.groups[0].source = "claim config[0].opaque.parameters";
+    view.groups[0].config.object["fabricTopologyConfig"] = std::move(topology);
+    return view;
+  }
+  // Prepare, then the checkpoint entry a completed Prepare leaves.
+  kubeletplugin::CheckpointedClaim Prepared(const kubeletplugin::ClaimView& view) {
+    auto groups = state_->PrepareDevices(view);
+    EXPECT_TRUE(groups.ok()) << groups.status();
+    kubeletplugin::CheckpointedClaim entry;
+    entry.state = kubeletplugin::ClaimCheckpointState::kPrepareCompleted;
+    if (groups.ok()) entry.prepared_devices = *groups;
+    return entry;
+  }
+  std::vector<std::string> notes;
+};
+
+TEST_F(GpuDeviceStateFabricTopologyTest, AutoActivatesThePartitionTheGpusFormAndRecordsItForUnprepare) {
+  const kubeletplugin::ClaimView view =
+      Topology("uid-auto", {"gpu-2", "gpu-3"}, {{"strategy", "Auto"}, {"partitionSize", 2}, {"minBandwidth", 600.0},
+                                               {"maxLatency", 0.1}});
+  const kubeletplugin::CheckpointedClaim entry = Prepared(view);
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"activate 2"});
+  ASSERT_EQ(entry.prepared_devices.size(), 1U);
+  EXPECT_EQ(std::get<kubeletplugin::GpuConfigState>(entry.prepared_devices[0].config_state).fabric_partition_ids,
+            std::vector<std::uint32_t>{2});
+  EXPECT_TRUE(notes.empty());
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = view.ref, .entry = entry, .view = view}).ok());
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"deactivate 2"});
+}
+
+TEST_F(GpuDeviceStateFabricTopologyTest, AutoRefusesGpusOfNoPartitionTheWrongCountAndUnmeetableBounds) {
+  auto odd = state_->PrepareDevices(Topology("uid-odd", {"gpu-0", "gpu-2"}, {{"partitionSize", 2}}));
+  EXPECT_THAT(odd.status().message(),
+              HasSubstr("claim config[0].opaque.parameters.fabricTopologyConfig: the allocated GPUs (modules 1,3) are "
+                        "not one Fabric Manager partition of 2"));
+  auto count = state_->PrepareDevices(Topology("uid-count", {"gpu-0", "gpu-1"}, {{"partitionSize", 4}}));
+  EXPECT_THAT(count.status().message(), HasSubstr("partitionSize: 4 GPUs, but 2 GPU(s) were allocated"));
+  auto one = state_->PrepareDevices(Topology("uid-one", {"gpu-0"}, nlohmann::json::object()));
+  EXPECT_THAT(one.status().message(), HasSubstr("1 GPU(s) were allocated, which is no fabric partition size"));
+
+  auto fast = state_->PrepareDevices(Topology("uid-fast", {"gpu-0", "gpu-1"}, {{"minBandwidth", 1000}}));
+  ASSERT_FALSE(fast.ok());
+  EXPECT_EQ(fast.status().code(), common::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(fast.status().message(),
+              HasSubstr("fabricTopologyConfig.minBandwidth: 1000 GB/s cannot be met: partition 1 (GPU modules 1,2) "
+                        "gives 956.2 GB/s (18 NVLinks x 26562 MB/s x 2 directions on its weakest GPU)"));
+  auto quick = state_->PrepareDevices(Topology("uid-quick", {"gpu-0", "gpu-1"}, {{"maxLatency", 0.0005}}));
+  EXPECT_THAT(quick.status().message(), HasSubstr("maxLatency: 0.0005 ms cannot be met"));
+  // Half of module 1's NVLinks failed since start-up: FM's live figures count.
+  fabric_.failed_links[1] = 9;
+  auto degraded = state_->PrepareDevices(Topology("uid-degraded", {"gpu-0", "gpu-1"}, {{"minBandwidth", 600}}));
+  EXPECT_THAT(degraded.status().message(), HasSubstr("gives 478.1 GB/s (9 NVLinks x 26562 MB/s"));
+  EXPECT_TRUE(fabric_.calls.empty()) << "nothing activated for a refused claim";
+}
+
+TEST_F(GpuDeviceStateFabricTopologyTest, ManualActivatesTheNamedPartitionsWhichMustCoverExactlyTheGpus) {
+  const kubeletplugin::ClaimView both =
+      Topology("uid-manual", {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, {{"strategy", "Manual"}, {"partitionIDs", {"1", "partition-2"}}});
+  const kubeletplugin::CheckpointedClaim entry = Prepared(both);
+  EXPECT_EQ(fabric_.calls, (std::vector<std::string>{"activate 1", "activate 2"}));
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = both.ref, .entry = entry, .view = both}).ok());
+  EXPECT_EQ(fabric_.calls, (std::vector<std::string>{"deactivate 1", "deactivate 2"}));
+  fabric_.calls.clear();
+
+  auto short_of = state_->PrepareDevices(
+      Topology("uid-short", {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, {{"strategy", "Manual"}, {"partitionIDs", {"1"}}}));
+  EXPECT_THAT(short_of.status().message(),
+              HasSubstr("partitions 1 hold GPU modules 1,2, but the allocated GPUs are modules 1,2,3,4"));
+  auto missing = state_->PrepareDevices(
+      Topology("uid-missing", {"gpu-0", "gpu-1"}, {{"strategy", "Manual"}, {"partitionIDs", {"9"}}}));
+  EXPECT_THAT(missing.status().message(), HasSubstr("Fabric Manager has no partition 9 on this node (its partitions: 0,1,2,3,4)"));
+  auto overlap = state_->PrepareDevices(
+      Topology("uid-overlap", {"gpu-0", "gpu-1"}, {{"strategy", "Manual"}, {"partitionIDs", {"1", "3"}}}));
+  EXPECT_THAT(overlap.status().message(), HasSubstr("partitions 1,3 overlap on GPU module 1"));
+  auto sized = state_->PrepareDevices(Topology(
+      "uid-sized", {"gpu-0", "gpu-1"}, {{"strategy", "Manual"}, {"partitionIDs", {"1"}}, {"partitionSize", 4}}));
+  EXPECT_THAT(sized.status().message(), HasSubstr("partition 1 has 2 GPUs, not partitionSize 4"));
+  EXPECT_TRUE(fabric_.calls.empty());
+
+  // fabricPartitionID: N is Manual of one partition.
+  kubeletplugin::ClaimView legacy = Claim("uid-legacy", {"gpu-2", "gpu-3"});
+  legacy.groups[0].config.object["fabricPartitionID"] = "2";
+  Prepared(legacy);
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"activate 2"});
+}
+
+TEST_F(GpuDeviceStateFabricTopologyTest, DisabledVgpuAndFullPassthroughActivateNothingAndSaySo) {
+  Remake(&fabric_, /*exact_set=*/true);  // even with FabricManagerPartitioning's rule on
+  const kubeletplugin::CheckpointedClaim disabled =
+      Prepared(Topology("uid-disabled", {"gpu-0", "gpu-1"}, {{"strategy", "Disabled"}}));
+  Prepared(Topology("uid-vgpu", {"gpu-2", "gpu-3"}, {{"virtualizationModel", "VGPU"}}));
+  EXPECT_TRUE(fabric_.calls.empty()) << fabric_.calls.front();
+  EXPECT_EQ(std::get<kubeletplugin::GpuConfigState>(disabled.prepared_devices[0].config_state).fabric_partition_ids,
+            std::vector<std::uint32_t>{}) << "recorded: needs none";
+  ASSERT_EQ(notes.size(), 2U);
+  EXPECT_THAT(notes[0], HasSubstr("uid-disabled: claim config[0].opaque.parameters.fabricTopologyConfig: strategy "
+                                  "Disabled, no Fabric Manager action for GPU modules 1,2"));
+  EXPECT_THAT(notes[1], HasSubstr("uid-vgpu: claim config[0].opaque.parameters.fabricTopologyConfig: "
+                                  "virtualizationModel VGPU, no fabric constraint applied to GPU modules 3,4"));
+
+  // FullPassthrough: the GPUs must still be the partition; nothing activated.
+  api::FabricTopology full;
+  full.model = api::VirtualizationModel::kFullPassthrough;
+  full.field = "f";
+  auto listed = fabric_.ListNow();
+  ASSERT_TRUE(listed.ok());
+  auto plan = PlanFabricTopology(full, {1, 2, 3, 4}, *listed);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->activate.empty());
+  EXPECT_THAT(plan->note, HasSubstr("FullPassthrough, the guest manages partition(s) 0"));
+  EXPECT_FALSE(PlanFabricTopology(full, {1, 3}, *listed).ok());
+}
+
+TEST_F(GpuDeviceStateFabricTopologyTest, TwoClaimsGetDisjointPartitionsBothActive) {
+  Prepared(Topology("uid-a", {"gpu-0", "gpu-1"}, {{"partitionSize", 2}}));
+  Prepared(Topology("uid-b", {"gpu-2", "gpu-3"}, {{"partitionSize", 2}}));
+  EXPECT_EQ(fabric_.active, (std::set<std::uint32_t>{1, 2}));
+}
+
+// A crash between activation and the checkpoint write leaves a
+// PrepareStarted entry: its Unprepare deactivates what the plan names. The
+// sweep keeps what completed claims recorded and restores it after an FM
+// restart.
+TEST_F(GpuDeviceStateFabricTopologyTest, CrashLeftoversAndTheSweepConvergeOnTheRecordedPartitions) {
+  const kubeletplugin::ClaimView crashed =
+      Topology("uid-crash", {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}, {{"strategy", "Manual"}, {"partitionIDs", {"0"}}});
+  ASSERT_TRUE(state_->PrepareDevices(crashed).ok());
+  kubeletplugin::CheckpointedClaim started;
+  started.state = kubeletplugin::ClaimCheckpointState::kPrepareStarted;
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->UnprepareDevices({.ref = crashed.ref, .entry = started, .view = crashed}).ok());
+  EXPECT_EQ(fabric_.calls, std::vector<std::string>{"deactivate 0"});
+
+  kubeletplugin::Checkpoint checkpoint;
+  checkpoint.claims["uid-a"] = Prepared(Topology("uid-a", {"gpu-0", "gpu-1"}, {{"partitionSize", 2}}));
+  checkpoint.claims["uid-off"] = Prepared(Topology("uid-off", {"gpu-2", "gpu-3"}, {{"strategy", "Disabled"}}));
+  fabric_.active = {2};  // FM restarted and someone activated 2 by hand
+  fabric_.calls.clear();
+  ASSERT_TRUE(state_->SweepLeftovers(checkpoint).ok());
+  EXPECT_EQ(fabric_.calls, (std::vector<std::string>{"deactivate 2", "activate 1"}));
+}
+
+TEST_F(GpuDeviceStateFabricTopologyTest, ANodeWithoutAFabricRefusesAutoButTakesDisabled) {
+  Remake(nullptr, false);
+  auto groups = state_->PrepareDevices(Topology("uid-nofabric", {"gpu-0", "gpu-1"}, {{"strategy", "Auto"}}));
+  EXPECT_THAT(groups.status().message(),
+              HasSubstr("fabricTopologyConfig: this node has no NVSwitch fabric that Fabric Manager manages"));
+  auto disabled = state_->PrepareDevices(Topology("uid-plain", {"gpu-0", "gpu-1"}, {{"strategy", "Disabled"}}));
+  ASSERT_TRUE(disabled.ok()) << disabled.status();
+  EXPECT_EQ(std::get<kubeletplugin::GpuConfigState>((*disabled)[0].config_state).fabric_partition_ids, std::nullopt);
 }
 
 TEST(PartitionTableTest, BySizeAndExactlyAndWhatFabricManagerMustNotSay) {

@@ -41,6 +41,28 @@ TEST(PreparedDevicesTest, GpuFamilyEncodesAsTheGoStructsDo) {
   EXPECT_EQ(*decoded, groups);
 }
 
+// The Fabric Manager partitions a claim holds: an added key (upstream's
+// decoder ignores it); absent means not recorded, [] that it needs none.
+TEST(PreparedDevicesTest, FabricPartitionIdsRoundTripAndStayAbsentWhenUnrecorded) {
+  std::vector<PreparedDeviceGroup> groups = {
+      {.devices = {{.kind = PreparedGpu{.uuid = "GPU-1"}, .device = Device("gpu-0")}},
+       .config_state = GpuConfigState{.mps_control_daemon_id = "", .mps_applied = std::nullopt,
+                                      .time_slice_applied = std::nullopt,
+                                      .fabric_partition_ids = std::vector<std::uint32_t>{5, 1}}}};
+  const Json encoded = EncodePreparedGroups(groups);
+  EXPECT_EQ(encoded[0]["configState"], Json::parse(R"({"fabricPartitionIDs":[5,1]})"));
+  auto decoded = DecodePreparedGroups(encoded, "preparedDevices");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, groups);
+  std::get<GpuConfigState>(groups[0].config_state).fabric_partition_ids = std::vector<std::uint32_t>{};
+  EXPECT_EQ(*DecodePreparedGroups(EncodePreparedGroups(groups), "preparedDevices"), groups) << "[] is kept";
+  std::get<GpuConfigState>(groups[0].config_state).fabric_partition_ids.reset();
+  EXPECT_EQ(EncodePreparedGroups(groups)[0]["configState"], Json::object());
+  auto bad = DecodePreparedGroups(Json::parse(R"([{"devices":[],"configState":{"fabricPartitionIDs":[-1]}}])"),
+                                  "preparedDevices");
+  EXPECT_THAT(bad.status().message(), HasSubstr("configState.fabricPartitionIDs[]: want a partition id"));
+}
+
 TEST(PreparedDevicesTest, ComputeDomainFamilyWritesBothKindsAndItsConfigState) {
   const std::vector<PreparedDeviceGroup> groups = {
       {.devices = {{.kind = PreparedDaemon{.id = 0}, .device = Device("daemon-0")}},

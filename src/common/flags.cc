@@ -331,11 +331,12 @@ std::string FormatDuration(nanoseconds duration) {
   const nanoseconds rest = duration - h - m;
   if (h.count() > 0) out += fmt::format("{}h", h.count());
   if (h.count() > 0 || m.count() > 0) out += fmt::format("{}m", m.count());
-  if (rest % seconds(1) == nanoseconds::zero()) {
-    out += fmt::format("{}s", duration_cast<seconds>(rest).count());
-  } else {
-    out += fmt::format("{}s", static_cast<double>(rest.count()) / 1e9);
-  }
+  const auto whole = duration_cast<seconds>(rest);
+  std::string fraction = fmt::format("{:09}", (rest - whole).count());
+  while (!fraction.empty() && fraction.back() == '0') fraction.pop_back();
+  // Digits, as Go writes them ("0.000003s"): a double would print small
+  // fractions in exponent form ("3e-06s"), which no duration parser reads.
+  out += fraction.empty() ? fmt::format("{}s", whole.count()) : fmt::format("{}.{}s", whole.count(), fraction);
   return out;
 }
 

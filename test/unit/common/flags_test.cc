@@ -265,6 +265,23 @@ TEST(ParseGoDurationTest, RejectsMissingUnitsAndGarbage) {
   }
 }
 
+// Found by fuzz.duration (test/fuzz): a fraction of a second below 1e-4 was
+// written through a double in exponent form ("702h1m3e-06s"), which
+// ParseGoDuration (and Go) cannot read back.
+TEST(FormatDurationTest, WritesFractionsAsDigitsThatParseBack) {
+  using std::chrono::nanoseconds;
+  for (const nanoseconds d : {nanoseconds(3h + 1min + 3us), nanoseconds(1s + 1ns), nanoseconds(59s + 999999999ns),
+                              nanoseconds(1min + 500ms), -nanoseconds(2s + 30us)}) {
+    const std::string text = FormatDuration(d);
+    EXPECT_EQ(text.find('e'), std::string::npos) << text;
+    auto parsed = ParseGoDuration(text);
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_LE(std::chrono::abs(*parsed - d), 1ns) << text;
+  }
+  EXPECT_EQ(FormatDuration(3h + 1min + 3us), "3h1m0.000003s");
+  EXPECT_EQ(FormatDuration(1min + 500ms), "1m0.5s");
+}
+
 TEST(FormatDurationTest, WritesGoStyle) {
   EXPECT_EQ(FormatDuration(15s), "15s");
   EXPECT_EQ(FormatDuration(90s), "1m30s");

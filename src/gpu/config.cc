@@ -42,6 +42,12 @@ Status PluginConfig::Validate(const common::FeatureGates& gates) const {
   if (gates.Enabled(common::kPassthroughSupport) && host_root.empty()) {
     return InvalidArgumentError("--host-root is required when PassthroughSupport is enabled");
   }
+  if (!fabric_topology_node_label.empty() && !gates.Enabled(common::kFabricTopologySupport)) {
+    return InvalidArgumentError(
+        "--fabric-topology-node-label (FABRIC_TOPOLOGY_NODE_LABEL) limits FabricTopologySupport to labelled nodes, "
+        "but the gate is off: set FABRIC_TOPOLOGY_SUPPORT=true (chart value featureGates.FabricTopologySupport=true) "
+        "or leave the label out");
+  }
   RETURN_IF_ERROR(XidPolicy::Parse(additional_xids_to_ignore).status());
   ASSIGN_OR_RETURN(const ConsumableShares parsed, ConsumableShares::Parse(consumable_shares));
   const std::string_view shares = consumable_shares;
@@ -81,6 +87,10 @@ void AddFlags(CLI::App& app, PluginConfig& config) {
                          "positive integer (needs ConsumableShares)")
               ->capture_default_str(),
           {"CONSUMABLE_SHARES"});
+  WithEnv(app.add_option("--fabric-topology-node-label", config.fabric_topology_node_label,
+                         "With FabricTopologySupport on: keep it on only on nodes whose label of this key is "
+                         "\"true\" (read at start-up); empty: every node"),
+          {"FABRIC_TOPOLOGY_NODE_LABEL"});
   common::AddMetricsFlags(app, config.metrics);
   common::AddKubeClientFlags(app, config.kube_client);
 }

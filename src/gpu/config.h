@@ -34,6 +34,10 @@ struct PluginConfig {
   std::string service_account_name;  // --service-account-name (SERVICE_ACCOUNT_NAME)
   std::string additional_xids_to_ignore;  // --additional-xids-to-ignore (ADDITIONAL_XIDS_TO_IGNORE), CSV
   std::string consumable_shares = "disabled";  // --consumable-shares (CONSUMABLE_SHARES)
+  // --fabric-topology-node-label (FABRIC_TOPOLOGY_NODE_LABEL): with
+  // FabricTopologySupport on, the gate holds on this node only when its Node
+  // has this label set to "true" (read at start-up). Empty: every node.
+  std::string fabric_topology_node_label;
 
   // kInvalidArgument naming the flag. Checks needing the file system (the
   // host root being mounted) belong to the plugin's start-up, not here.

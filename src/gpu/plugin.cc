@@ -26,7 +26,9 @@
 #include "gpu/mps_daemon.h"
 #include "gpu/published_devices.h"
 #include "gpu/vfio_passthrough.h"
+#include "common/json_fields.h"
 #include "k8s/client_from_flags.h"
+#include "k8s/event_recorder.h"
 #include "kubeletplugin/plugin_host.h"
 #include "kubeletplugin/plugin_lifecycle.h"
 #include "kubeletplugin/plugin_metrics.h"
@@ -51,7 +53,8 @@ struct GpuKubeletPlugin::Parts {
   std::unique_ptr<MpsDaemons> mps;                     // MPSSupport only
   std::unique_ptr<DynamicMig> dynamic_mig;             // DynamicMIG only
   std::unique_ptr<VfioPassthrough> vfio;               // PassthroughSupport only
-  std::unique_ptr<FabricPartitions> fabric;           // FabricManagerPartitioning on an NVSwitch node only
+  std::unique_ptr<FabricPartitions> fabric;           // a fabric gate on, on an NVSwitch node only
+  std::unique_ptr<k8s::EventRecorder> claim_events;   // FabricTopologySupport only
   std::unique_ptr<SlicePublication> publication;
   std::unique_ptr<GpuDeviceState> device_state;
   std::unique_ptr<DeviceHealthBook> health_book;  // NVMLDeviceHealthCheck only
@@ -204,15 +207,35 @@ StatusOr<int> ServerMinorVersion(k8s::Client& client) {
   return value;
 }
 
-// FabricManagerPartitioning: Fabric Manager's partitions, when the node has
-// an NVSwitch fabric (null otherwise: no partition attributes, no
-// activation, as upstream; the log says why), and their attributes.
+// FabricTopologySupport limited to labelled nodes: the gates this node runs
+// with (the Node is read once, at start-up; a label change needs a restart
+// of the plugin pod, as docs/fabric-manager.md says).
+StatusOr<common::FeatureGates> NodeFeatureGates(const PluginConfig& config, const common::FeatureGates& gates,
+                                                k8s::Client& client) {
+  const std::string& label = config.fabric_topology_node_label;
+  if (label.empty() || !gates.Enabled(common::kFabricTopologySupport)) return gates;
+  auto node = client.Get(k8s::resources::kNodes, "", config.plugin.node_name);
+  if (!node.ok()) return node.status().WithContext("FabricTopologySupport: reading this node's labels");
+  const std::string value = common::JsonString(common::JsonMember(*node, {"metadata", "labels"}), label);
+  const bool on = value == "true";
+  LOG_INFO(0, on ? "FabricTopologySupport: on for this node (its label says so)"
+                 : "FabricTopologySupport: off for this node (not labelled); fabricTopologyConfig claims are refused "
+                   "here",
+           {{"label", label}, {"value", value}, {"node", config.plugin.node_name}});
+  if (on) return gates;
+  return gates.WithOverrides({{std::string(common::kFabricTopologySupport), false}});
+}
+
+// FabricManagerPartitioning or FabricTopologySupport: Fabric Manager's
+// partitions, when the node has an NVSwitch fabric (null otherwise: no
+// partition attributes, no activation, as upstream; the log says why), and
+// their attributes.
 StatusOr<std::unique_ptr<FabricPartitions>> OpenFabricPartitions(const PluginConfig& config,
                                                                  const NodeInventory& inventory,
                                                                  PublishOptions& publish) {
   if (!NodeHasNvSwitchFabric(config.host_root)) {
-    LOG_INFO(0, "FabricManagerPartitioning: no NVSwitch fabric on this node; no partition attributes are "
-                "published and Prepare activates no partition",
+    LOG_INFO(0, "Fabric Manager: no NVSwitch fabric on this node; no partition attributes are published and "
+                "Prepare activates no partition",
              {{"looked", (std::filesystem::path(config.host_root) / "proc/driver/nvidia-nvswitch/devices").string()}});
     return std::unique_ptr<FabricPartitions>();
   }
@@ -222,7 +245,7 @@ StatusOr<std::unique_ptr<FabricPartitions>> OpenFabricPartitions(const PluginCon
       std::chrono::seconds(10));
   if (!fabric.ok()) {
     return fabric.status().WithContext(
-        "FabricManagerPartitioning: reading Fabric Manager's partitions (is nvidia-fabricmanager running in "
+        "Fabric Manager: reading its partitions (is nvidia-fabricmanager running in "
         "shared NVSwitch mode, FABRIC_MODE=1? Set NVIDIA_FABRICMANAGER_ADDRESS or NVIDIA_FABRICMANAGER_UNIX_SOCKET "
         "where it listens elsewhere)");
   }
@@ -230,7 +253,7 @@ StatusOr<std::unique_ptr<FabricPartitions>> OpenFabricPartitions(const PluginCon
     if (!gpu.module_id || *gpu.module_id == 0) continue;
     ASSIGN_OR_RETURN(publish.fabric_partitions[*gpu.module_id], (*fabric)->table().BySize(*gpu.module_id));
   }
-  LOG_INFO(0, "FabricManagerPartitioning: Fabric Manager partitions read",
+  LOG_INFO(0, "Fabric Manager: partitions read",
            {{"partitions", (*fabric)->table().partitions().size()}, {"address", address.ToString()}});
   return std::unique_ptr<FabricPartitions>(*std::move(fabric));
 }
@@ -310,7 +333,7 @@ GpuKubeletPlugin::~GpuKubeletPlugin() {
 }
 
 StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const PluginConfig& config,
-                                                                   const common::FeatureGates& gates,
+                                                                   const common::FeatureGates& cluster_gates,
                                                                    const PluginEnvironment& environment) {
   auto parts = std::make_unique<Parts>();
   parts->environment = environment;
@@ -323,6 +346,7 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   ASSIGN_OR_RETURN(parts->metrics_server, common::StartMetricsServerFromFlags(*parts->metrics_registry, config.metrics));
 
   ASSIGN_OR_RETURN(parts->client, k8s::ClientFromFlags(config.kube_client, std::string(kBinaryName)));
+  ASSIGN_OR_RETURN(const common::FeatureGates gates, NodeFeatureGates(config, cluster_gates, *parts->client));
 
   // NVML is loaded from the driver root as this container sees it.
   ASSIGN_OR_RETURN(parts->nvml, nvml::Library::Open({.driver_root = config.plugin.container_driver_root, .library_path = std::nullopt}));
@@ -345,9 +369,17 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
              {{"functions", publish.vfio_functions.size()}, {"iommufd", publish.iommufd_enabled},
               {"hostRoot", config.host_root}});
   }
-  publish.fabric_manager_partitioning = gates.Enabled(common::kFabricManagerPartitioning);
-  if (publish.fabric_manager_partitioning) {
+  const bool fabric_topology = gates.Enabled(common::kFabricTopologySupport);
+  if (gates.Enabled(common::kFabricManagerPartitioning) || fabric_topology) {
     ASSIGN_OR_RETURN(parts->fabric, OpenFabricPartitions(config, inventory, publish));
+    publish.fabric_manager_partitioning = parts->fabric != nullptr;
+  }
+  if (fabric_topology) {
+    // fabricTopologyConfig's notes (Disabled, VGPU, FullPassthrough) go to
+    // the claim as Events.
+    ASSIGN_OR_RETURN(parts->claim_events,
+                     k8s::EventRecorder::New(parts->client.get(), {.reporting_controller = "gpu.nvidia.com/kubelet-plugin",
+                                                                   .reporting_instance = config.plugin.node_name}));
   }
   publish.list_type_attributes = gates.Enabled("DRAListTypeAttributes");
   publish.dynamic_mig = gates.Enabled(common::kDynamicMIG);
@@ -410,6 +442,18 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
           .dynamic_mig = parts->dynamic_mig.get(),
           .vfio = parts->vfio.get(),
           .fabric = parts->fabric.get(),
+          .exact_set_partitions = gates.Enabled(common::kFabricManagerPartitioning),
+          .on_fabric_note = [events = parts->claim_events.get()](const kubeletplugin::ClaimRef& claim,
+                                                                 const std::string& note) {
+            if (events == nullptr) return;
+            events->Emit(k8s::ObjectReference{.api_version = "resource.k8s.io/v1",
+                                              .kind = "ResourceClaim",
+                                              .namespace_ = claim.ns,
+                                              .name = claim.name,
+                                              .uid = claim.uid,
+                                              .resource_version = ""},
+                         k8s::EventType::kNormal, "FabricTopologyNotApplied", "PrepareResources", note);
+          },
           .on_withdrawn_changed = [publication = parts->publication.get()](
                                       const std::set<std::string>& withdrawn) { publication->Publish(withdrawn); },
           .device_metadata = std::move(device_metadata)});

@@ -137,6 +137,8 @@ class WebhookClusterTest : public ::testing::Test {
                     "--port=" + std::to_string(port_),
                     "--bind-address=127.0.0.1",
                     "--http-endpoint=127.0.0.1:" + std::to_string(metrics_port_),
+                    // Seed 002's switch for FabricTopologySupport.
+                    "--fabric-topology-support=true",
                     "-v=2"};
     auto child = common::ChildProcess::Spawn(options);
     ASSERT_TRUE(child.ok()) << child.status();
@@ -312,6 +314,31 @@ TEST_F(WebhookClusterTest, RejectsEachKindOfInvalidConfigNamingTheField) {
                         json::array({Opaque("gpu.nvidia.com", Params("GpuConfig")),
                                      Opaque("gpu.nvidia.com", Params("GpuConfig", {{"bogus", true}}))})),
                "1 configs failed to validate: spec.spec.devices.config[1].opaque.parameters.bogus: unknown field");
+}
+
+// Seed 002's example claim parameters, as written, through the API server:
+// admitted, and kubectl shows the webhook's warning that its partitionIDs do
+// nothing under Auto; a bad partitionSize is denied naming the field.
+TEST_F(WebhookClusterTest, AdmitsTheSeedsFabricTopologyExampleWithAWarning) {
+  const json example = Params("GpuConfig", json::parse(R"({"sharing": {"strategy": "TimeSlicing"},
+      "fabricTopologyConfig": {"strategy": "Auto", "partitionSize": 4, "virtualizationModel": "BareMetal",
+                               "minBandwidth": 600.0, "maxLatency": 0.1, "partitionIDs": ["partition-1"]}})"));
+  // TimeSlicing is gated separately (off here): the fabric part alone.
+  json fabric_only = example;
+  fabric_only.erase("sharing");
+  CommandResult result = Create(Claim("seed-fabric", "v1", json::array({Opaque("gpu.nvidia.com", fabric_only)})));
+  ASSERT_TRUE(result.ok()) << result.err;
+  EXPECT_NE(result.err.find("Warning: spec.devices.config[0].opaque.parameters.fabricTopologyConfig.partitionIDs: "
+                            "ignored with strategy Auto"),
+            std::string::npos)
+      << result.err;
+  ExpectDenied(Claim("seed-sharing", "v1", json::array({Opaque("gpu.nvidia.com", example)})),
+               "sharing.strategy: TimeSlicing needs the feature gate TimeSlicingSettings");
+  json three = fabric_only;
+  three["fabricTopologyConfig"]["partitionSize"] = 3;
+  ExpectDenied(Claim("fabric-three", "v1", json::array({Opaque("gpu.nvidia.com", three)})),
+               "spec.devices.config[0].opaque.parameters.fabricTopologyConfig.partitionSize: 3 GPUs is not a "
+               "partition size; use 2, 4 or 8");
 }
 
 TEST_F(WebhookClusterTest, JudgesOlderApiVersionsToo) {

@@ -372,7 +372,8 @@ StatusOr<std::unique_ptr<GpuKubeletPlugin>> GpuKubeletPlugin::Start(const Plugin
   const bool fabric_topology = gates.Enabled(common::kFabricTopologySupport);
   if (gates.Enabled(common::kFabricManagerPartitioning) || fabric_topology) {
     ASSIGN_OR_RETURN(parts->fabric, OpenFabricPartitions(config, inventory, publish));
-    publish.fabric_manager_partitioning = parts->fabric != nullptr;
+    // gpuModuleID always; partition<N> only where FM gave partitions.
+    publish.fabric_manager_partitioning = true;
   }
   if (fabric_topology) {
     // fabricTopologyConfig's notes (Disabled, VGPU, FullPassthrough) go to

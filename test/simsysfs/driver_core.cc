@@ -171,7 +171,11 @@ StatusOr<DriverCore::SettledOverride> DriverCore::SettleOverride(std::string_vie
       return common::ErrnoToStatus(errno, "write " + file.string());
     }
   }
-  if (leased) ::fcntl(fd.get(), F_SETLEASE, F_UNLCK);  // a waiting writer goes on now
+  // The lease goes with the descriptor's close, not an F_UNLCK before it:
+  // the kernel queues the close's IN_CLOSE_WRITE before it drops the file's
+  // leases (__fput: fsnotify_close, then locks_remove_file), so a writer
+  // waiting on the lease closes after us and its event comes after ours,
+  // which is the order in which simsysfs tells its own closes from theirs.
   return settled;
 }
 

@@ -108,7 +108,10 @@ class Simulator {
     // A file holds only its last write, so the closes of one file in a
     // batch count once, acted on where the last one stands (keeping the
     // order between files: override, unbind, bind). Closes of our own
-    // rewrites are not acted on (see self_closes_).
+    // rewrites are not acted on (see self_closes_). A driver_override
+    // closed before a bind or unbind of the batch but acted on after it
+    // (closed again later, often by our own rewrite) is settled by that
+    // bind or unbind first (see unsure_).
     std::map<int, std::size_t> last;
     std::map<int, int> closes;
     std::set<int> retry;
@@ -132,13 +135,30 @@ class Simulator {
         retry.insert(event.wd);
       }
     }
+    // Which files have a close that is not ours, counted against our
+    // closes as they stood when the batch was read: a settle while handling
+    // it adds one whose close comes in a later batch.
+    std::set<int> act;
+    for (const auto& [wd, count] : closes) {
+      int& own = self_closes_[wd];
+      const int skipped = std::min(own, count);
+      own -= skipped;
+      if (count > skipped) act.insert(wd);
+    }
     for (std::size_t i = 0; i < events.size(); ++i) {
       const int wd = events[i].wd;
-      if (auto it = last.find(wd); it == last.end() || it->second != i) continue;
-      int& own = self_closes_[wd];
-      const int skipped = std::min(own, closes[wd]);
-      own -= skipped;
-      if (closes[wd] > skipped || retry.contains(wd)) Handle(wd, watched_.at(wd));
+      auto it = last.find(wd);
+      if (it == last.end()) continue;
+      const Watched& file = watched_.at(wd);
+      if (it->second != i) {
+        if (file.kind == FileKind::kOverride && (events[i].mask & IN_CLOSE_WRITE) != 0) unsure_.insert(wd);
+        continue;
+      }
+      if (act.contains(wd) || retry.contains(wd)) {
+        Handle(wd, file);
+      } else {
+        unsure_.insert(wd);
+      }
     }
     return true;
   }
@@ -160,6 +180,14 @@ class Simulator {
     switch (file.kind) {
       case FileKind::kBind:
       case FileKind::kUnbind: {
+        // In the kernel every driver_override write made before this one is
+        // in effect; here one whose close was taken for our own, or that is
+        // acted on later in the batch, may still be unshown (unsure_).
+        // Settle those first, so that a writer awaiting this one's `driver`
+        // link reads its override as the kernel shows it.
+        std::set<int> unsure;
+        unsure.swap(unsure_);
+        for (const int override_wd : unsure) Handle(override_wd, watched_.at(override_wd));
         const bool bind = file.kind == FileKind::kBind;
         const std::string bus_id = ReadTrimmed(file.path);
         const nvdra::common::Status status = bind ? core_.Bind(file.name, bus_id) : core_.Unbind(file.name, bus_id);
@@ -173,6 +201,7 @@ class Simulator {
         return;
       }
       case FileKind::kOverride: {
+        unsure_.erase(wd);  // settled from what the file holds now
         auto settled = core_.SettleOverride(file.name);
         if (!settled.ok()) {
           Log("driver_override of {}: {}", file.name, settled.status().message());
@@ -203,9 +232,18 @@ class Simulator {
   // Per watch, closes of our own descriptors (a driver_override rewrite)
   // still to come back as IN_CLOSE_WRITE. Each such event is skipped once:
   // acting on it would open the file again and, while a writer holds it
-  // open (the lease refused), spin. Which of two closes is skipped does not
-  // matter: the one acted on comes after both writes.
+  // open (the lease refused), spin. inotify does not say who closed, so
+  // when a writer's close comes before one of ours, the writer's is the one
+  // skipped and ours is acted on when it comes: the write is shown late. A
+  // writer blocked on our lease closes after us (SettleOverride); one that
+  // had the file open when we tried the lease (deferred) may close first.
   std::map<int, int> self_closes_;
+  // driver_override watches with a close read but not acted on since they
+  // were last settled: their last close in a batch was skipped (taken for
+  // our own, it may have been a writer's), or an earlier one waits for the
+  // last. The value may not be shown yet; a bind or unbind settles them
+  // first.
+  std::set<int> unsure_;
   // driver_override watches whose rewrite waits for another opener to close
   // the file (its lease was refused): their IN_CLOSE_NOWRITE retries it.
   // Our own retries open the file for writing only, so they cannot wake

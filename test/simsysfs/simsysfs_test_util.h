@@ -2,9 +2,10 @@
 
 // Helpers for simsysfs's tests: a mock driver root in a temp folder laid out
 // by make-driver-root, file helpers, and Await (an inotify wait for a
-// condition on the tree, with a deadline).
+// condition on the tree, with a deadline; Watch keeps one watch for many).
 //
-// Ownership: TestRoot owns its folder. Thread-compatible.
+// Ownership: TestRoot owns its folder, Watch its inotify descriptor.
+// Thread-compatible.
 
 #include <poll.h>
 #include <stdlib.h>
@@ -94,34 +95,53 @@ class TestRoot {
   bool ok_ = false;
 };
 
-// Waits until `done()` holds, re-checking on every inotify event in `dirs`
-// (and, when `fd` >= 0, whenever `fd` turns readable, after `on_readable`
-// ran), up to `timeout`. Returns done().
+// An inotify watch on `dirs` (creations, removals, renames, closes after
+// writing) for Await to wait on. One kept across many waits saves the few
+// milliseconds the kernel takes to close an inotify descriptor, which add up
+// in a loop.
+class Watch {
+ public:
+  explicit Watch(const std::vector<fs::path>& dirs) : inotify_(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK)) {
+    if (!inotify_) return;
+    for (const fs::path& dir : dirs) {
+      ::inotify_add_watch(inotify_.get(), dir.c_str(),
+                          IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_DELETE_SELF);
+    }
+  }
+
+  // Waits until `done()` holds, re-checking on every event of the watch
+  // (and, when `fd` >= 0, whenever `fd` turns readable, after
+  // `on_readable` ran), up to `timeout`. Returns done().
+  bool Await(const std::function<bool()>& done, std::chrono::milliseconds timeout = std::chrono::seconds(10),
+             int fd = -1, const std::function<void()>& on_readable = {}) {
+    if (!inotify_) return done();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!done()) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      std::array<pollfd, 2> fds{{{inotify_.get(), POLLIN, 0}, {fd, POLLIN, 0}}};
+      if (::poll(fds.data(), fd >= 0 ? 2 : 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return done();
+      std::array<char, 4096> drain{};
+      while (::read(inotify_.get(), drain.data(), drain.size()) > 0) {
+      }
+      if (fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP)) != 0) {
+        if (on_readable) on_readable();
+        if ((fds[1].revents & POLLIN) == 0) fd = -1;  // hung up: nothing more will come
+      }
+    }
+    return true;
+  }
+
+ private:
+  common::UniqueFd inotify_;
+};
+
+// Watch(dirs).Await(...), for a single wait.
 inline bool Await(const std::vector<fs::path>& dirs, const std::function<bool()>& done,
                   std::chrono::milliseconds timeout = std::chrono::seconds(10), int fd = -1,
                   const std::function<void()>& on_readable = {}) {
-  common::UniqueFd inotify(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  if (!inotify) return done();
-  for (const fs::path& dir : dirs) {
-    ::inotify_add_watch(inotify.get(), dir.c_str(),
-                        IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM | IN_CLOSE_WRITE | IN_DELETE_SELF);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done()) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return false;
-    std::array<pollfd, 2> fds{{{inotify.get(), POLLIN, 0}, {fd, POLLIN, 0}}};
-    if (::poll(fds.data(), fd >= 0 ? 2 : 1, static_cast<int>(left.count())) < 0 && errno != EINTR) return done();
-    std::array<char, 4096> drain{};
-    while (::read(inotify.get(), drain.data(), drain.size()) > 0) {
-    }
-    if (fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP)) != 0) {
-      if (on_readable) on_readable();
-      if ((fds[1].revents & POLLIN) == 0) fd = -1;  // hung up: nothing more will come
-    }
-  }
-  return true;
+  return Watch(dirs).Await(done, timeout, fd, on_readable);
 }
 
 }  // namespace nvdra::simsysfs::testing

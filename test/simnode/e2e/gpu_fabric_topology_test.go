@@ -9,7 +9,8 @@ package e2e
 //   - the seed's example, translated in docs/fabric-manager.md, is applied
 //     from the docs: Auto activates the 4-GPU partition the scheduler's GPUs
 //     form, a second pod gets the other one, both active;
-//   - Manual activates the named partition; Disabled, VGPU and
+//   - Manual activates the named partition, SharedNVSwitch (VFIO GPUs) the
+//     partition its GPUs form; Disabled, VGPU and
 //     FullPassthrough (VFIO GPUs) activate nothing and say so in an Event;
 //   - an unmeetable minBandwidth fails Prepare with the figures.
 
@@ -133,6 +134,15 @@ func TestGPUFabricTopology(t *testing.T) {
 	}
 	waitForActivePartitions(ctx, t, env, node, []int{manual})
 	deletePodAndClaim(ctx, t, env, "manual")
+	waitForActivePartitions(ctx, t, env, node, nil)
+
+	// SharedNVSwitch with VFIO GPUs: the driver activates for the VM, as the
+	// service VM would, and deactivates when the claim goes.
+	applyFabricClaim(ctx, t, env, "shared", "vfio.gpu.nvidia.com", 2, "", "VfioDeviceConfig",
+		`{virtualizationModel: SharedNVSwitch}`)
+	shared := checkFabricClaim(ctx, t, env, profile, waitForPodNamed(ctx, t, env, fabricNamespace, "shared"), 2)
+	waitForActivePartitions(ctx, t, env, node, []int{shared})
+	deletePodAndClaim(ctx, t, env, "shared")
 	waitForActivePartitions(ctx, t, env, node, nil)
 
 	// 4. Disabled, VGPU (full GPUs) and FullPassthrough (VFIO GPUs): running,

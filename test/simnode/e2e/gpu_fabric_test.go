@@ -113,7 +113,7 @@ func TestGPUFabricManagerPartitioning(t *testing.T) {
 	// 4. A second pod on the same template at the same time: the other GPUs
 	// of a disjoint size-2 partition, both partitions active.
 	const second = "fm-partition-pod-2"
-	secondPod(ctx, t, env, second)
+	fabricPod(ctx, t, env, fmNamespace, second, "", fmTemplate)
 	other := checkPartitionClaim(ctx, t, env, profile, waitForPodNamed(ctx, t, env, fmNamespace, second))
 	if other.partition == first.partition || slices.ContainsFunc(other.busIDs, func(b string) bool { return slices.Contains(first.busIDs, b) }) {
 		t.Errorf("two claims share: partitions %d and %d, GPUs %v and %v", first.partition, other.partition, first.busIDs, other.busIDs)
@@ -321,26 +321,6 @@ func checkPCIDrivers(t *testing.T, env *gpuEnvironment, node string, busIDs []st
 			t.Errorf("GPU %s is on driver %q, want %s", bus, got, want)
 		}
 	}
-}
-
-// secondPod creates a pod of our own on upstream's template.
-func secondPod(ctx context.Context, t *testing.T, env *gpuEnvironment, name string) {
-	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: fmNamespace, Name: name},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr(int64(5)),
-			Containers: []corev1.Container{{Name: "ctr", Image: workImage,
-				Command:   []string{"sh", "-c", "trap 'exit 0' TERM; sleep 9999 & wait"},
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}}}},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr(fmTemplate)}},
-		},
-	}
-	_, err := env.client.CoreV1().Pods(fmNamespace).Create(ctx, pod, metav1.CreateOptions{})
-	must(t, "pod "+name, err)
-	t.Cleanup(func() {
-		_ = env.client.CoreV1().Pods(fmNamespace).Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
 }
 
 // fmStatePath is the mock Fabric Manager's state file in the node's driver root.

@@ -27,7 +27,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -318,24 +317,5 @@ func deletePodAndClaim(ctx context.Context, t *testing.T, env *gpuEnvironment, n
 // the claim `name` whose note holds `text`.
 func waitClaimEvent(ctx context.Context, t *testing.T, env *gpuEnvironment, name, text string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	selector := fields.Set{"regarding.name": name, "reason": "FabricTopologyNotApplied"}.String()
-	events := env.client.EventsV1().Events(fabricNamespace)
-	waitForObject(ctx, t, fmt.Sprintf("Event FabricTopologyNotApplied on claim %s with %q", name, text), func(ctx context.Context) (bool, error) {
-		list, err := events.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range list.Items {
-			if e.Regarding.Kind == "ResourceClaim" && strings.Contains(e.Note, text) {
-				t.Logf("Event on claim %s: %s", name, e.Note)
-				return true, nil
-			}
-		}
-		return false, nil
-	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.FieldSelector = selector
-		return events.Watch(ctx, o)
-	})
+	waitForEventAbout(ctx, t, env.client, fabricNamespace, "ResourceClaim", name, "FabricTopologyNotApplied", text)
 }

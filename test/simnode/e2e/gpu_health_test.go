@@ -542,29 +542,7 @@ func (h *healthEnvironment) whenTaint(ctx context.Context, device string, done f
 // holds every one of `texts`.
 func (h *healthEnvironment) waitNodeEvent(ctx context.Context, t *testing.T, reason string, texts ...string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	selector := fields.Set{"regarding.name": h.node, "reason": reason}.String()
-	events := h.client.EventsV1().Events(healthEventsNamespace)
-	waitForObject(ctx, t, fmt.Sprintf("Node Event %s with %q", reason, texts), func(ctx context.Context) (bool, error) {
-		list, err := events.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		if err != nil {
-			return false, err
-		}
-		for _, e := range list.Items {
-			if e.Regarding.Kind != "Node" {
-				continue
-			}
-			if !slices.ContainsFunc(texts, func(s string) bool { return !strings.Contains(e.Note, s) }) {
-				t.Logf("Event %s %s: %s", e.Type, e.Reason, e.Note)
-				return true, nil
-			}
-		}
-		return false, nil
-	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.FieldSelector = selector
-		return events.Watch(ctx, o)
-	})
+	waitForEventAbout(ctx, t, h.client, healthEventsNamespace, "Node", h.node, reason, texts...)
 }
 
 // annotateReset sets the Node's reset annotation to `value`.

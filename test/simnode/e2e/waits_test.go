@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -190,4 +191,33 @@ func waitForFile(ctx context.Context, path string, cond func([]byte) bool) error
 		case <-w.Events:
 		}
 	}
+}
+
+// waitForEventAbout waits, on a watch, for an Event of `reason` in `ns`
+// about the object `kind`/`name` whose note holds every one of `texts`.
+func waitForEventAbout(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, kind, name, reason string, texts ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	selector := fields.Set{"regarding.name": name, "reason": reason}.String()
+	events := client.EventsV1().Events(ns)
+	waitForObject(ctx, t, fmt.Sprintf("%s Event %s on %s with %q", kind, reason, name, texts), func(ctx context.Context) (bool, error) {
+		list, err := events.List(ctx, metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Kind != kind {
+				continue
+			}
+			if !slices.ContainsFunc(texts, func(s string) bool { return !strings.Contains(e.Note, s) }) {
+				t.Logf("Event on %s %s: %s %s: %s", kind, name, e.Type, e.Reason, e.Note)
+				return true, nil
+			}
+		}
+		return false, nil
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = selector
+		return events.Watch(ctx, o)
+	})
 }

@@ -37,7 +37,7 @@ inline const std::vector<common::FeatureGates>& GateSettings() {
   static const std::vector<common::FeatureGates> settings = [] {
     std::vector<common::FeatureGates> out{common::FeatureGates::Defaults()};
     auto all = common::FeatureGates::Parse(
-        "TimeSlicingSettings=true,MPSSupport=true,PassthroughSupport=true");
+        "TimeSlicingSettings=true,MPSSupport=true,PassthroughSupport=true,FabricTopologySupport=true");
     if (!all.ok()) {
       std::fprintf(stderr, "fuzz: feature gates: %s\n", all.status().ToString().c_str());
       std::abort();

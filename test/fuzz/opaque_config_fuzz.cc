@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/device_configs.h"
+#include "api/fabric_topology.h"
 #include "api/opaque_config.h"
 #include "fuzz_support.h"
 
@@ -25,6 +26,7 @@ void FuzzParameters(const nlohmann::json& parameters) {
   for (const auto& gates : nvdra::fuzz::GateSettings()) {
     if (!nvdra::api::ValidateConfig(*config, "parameters", gates).ok()) continue;
     (void)nvdra::api::VfioSettingsOf(*config);
+    (void)nvdra::api::FabricTopologyOf(config->object, "parameters");
     const auto sharing = nvdra::api::SharingOf(*config);
     if (sharing && std::holds_alternative<nvdra::api::MpsSharing>(*sharing)) {
       (void)nvdra::api::MpsPinnedMemoryLimits(std::get<nvdra::api::MpsSharing>(*sharing),
@@ -38,6 +40,7 @@ void FuzzDevices(const nlohmann::json& devices) {
     (void)nvdra::api::ValidateDeviceConfigs(devices, "spec.devices", gates);
     (void)nvdra::api::ValidateDeviceConfigs(devices, "spec.devices", gates, nvdra::api::kGpuDriverName);
   }
+  (void)nvdra::api::DeviceConfigWarnings(devices, "spec.devices");
   const auto kind_of_device = [](const std::string& device) -> nvdra::common::StatusOr<ConfigKind> {
     if (device.find("mig") != std::string::npos) return ConfigKind::kMigDeviceConfig;
     if (device.find("vfio") != std::string::npos) return ConfigKind::kVfioDeviceConfig;

@@ -251,6 +251,11 @@ void ImexDaemon::UpdatePeersDnsNames(const std::vector<CliqueMember>& members) {
   bool own_index = false;
   for (const CliqueMember& member : members) {
     if (member.clique_id != id.clique_id || !member.index) continue;
+    if (!IsIpAddressLiteral(member.ip_address)) {
+      LOG_ERROR("clique entry's ipAddress is not an IP address; ignored",
+                {{"node", member.node_name}, {"ip", member.ip_address.substr(0, 64)}});
+      continue;
+    }
     const std::int64_t index = *member.index;
     if (index < 0 || index >= options_.max_nodes) {
       LOG_ERROR("clique entry has an index outside the IMEX domain; ignored",
@@ -298,6 +303,11 @@ void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members, std::i
   bool own = false;
   for (const CliqueMember& member : members) {
     if (member.clique_id != id.clique_id || member.ip_address.empty()) continue;
+    if (!IsIpAddressLiteral(member.ip_address)) {
+      LOG_ERROR("clique entry's ipAddress is not an IP address; ignored",
+                {{"node", member.node_name}, {"ip", member.ip_address.substr(0, 64)}});
+      continue;
+    }
     by_node.emplace_back(member.node_name, member.ip_address);
     if (member.node_name == id.node_name && member.ip_address == id.pod_ip) own = true;
   }

@@ -1,5 +1,6 @@
 #include "computedomain/imex_files.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,6 +74,13 @@ std::string IpNodesConfig(const std::vector<std::string>& ips) {
   std::string out;
   for (const std::string& ip : ips) out += ip + "\n";
   return out;
+}
+
+bool IsIpAddressLiteral(std::string_view text) {
+  if (text.empty() || text.size() > 45) return false;  // INET6_ADDRSTRLEN - 1
+  const std::string copy(text);
+  in6_addr address{};
+  return inet_pton(AF_INET, copy.c_str(), &address) == 1 || inet_pton(AF_INET6, copy.c_str(), &address) == 1;
 }
 
 std::string RewriteHostsFile(std::string_view hosts, const std::map<std::int64_t, std::string>& ip_by_index) {

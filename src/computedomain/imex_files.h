@@ -5,7 +5,7 @@
 // nodes file (static DNS names or peer IPs) and the daemon's mappings in
 // /etc/hosts. Text in, text out, plus two small file writers.
 // Defines: ImexConfigValues, RenderImexConfig, DnsName, StaticNodesConfig,
-// IpNodesConfig, RewriteHostsFile, WriteFileAtomically, WriteFileInPlace.
+// IpNodesConfig, IsIpAddressLiteral, RewriteHostsFile, WriteFileAtomically, WriteFileInPlace.
 // Ownership: values only. Thread-safety: thread-safe (no shared state).
 
 #include <cstdint>
@@ -46,6 +46,11 @@ std::string StaticNodesConfig(int max_nodes);
 
 // IP mode: one address per line, in the given order.
 std::string IpNodesConfig(const std::vector<std::string>& ips);
+
+// Whether `text` is one IPv4 or IPv6 address literal (inet_pton): what a
+// peer's ipAddress must be before it goes into the nodes file or
+// /etc/hosts, where a newline or a space would add lines or names.
+bool IsIpAddressLiteral(std::string_view text);
 
 // `hosts` with every line naming a kDnsNamePrefix name (and the marker
 // comment) dropped, then the marker and "<ip>\t<name>" for each entry of

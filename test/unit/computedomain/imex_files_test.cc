@@ -49,6 +49,18 @@ TEST(NodesConfigTest, StaticNamesAreZeroPaddedAndCountMaxNodes) {
   EXPECT_EQ(IpNodesConfig({"10.0.0.2", "10.0.0.1"}), "10.0.0.2\n10.0.0.1\n");
 }
 
+// A peer's ipAddress goes into the nodes file and /etc/hosts verbatim: only
+// address literals may, never text that adds lines or names.
+TEST(IsIpAddressLiteralTest, TakesAddressesOnly) {
+  for (const char* ip : {"10.0.0.1", "192.168.255.254", "fd00::1", "::1", "2001:db8::8a2e:370:7334"}) {
+    EXPECT_TRUE(IsIpAddressLiteral(ip)) << ip;
+  }
+  for (const char* text : {"", "10.0.0.1\n10.0.0.2", "10.0.0.1 evil.example", "10.0.0", "host.example", " 10.0.0.1",
+                           "10.0.0.256", "fd00::1%eth0"}) {
+    EXPECT_FALSE(IsIpAddressLiteral(text)) << text;
+  }
+}
+
 TEST(RewriteHostsFileTest, ReplacesOnlyOurLinesAndWritesTheMarkerOnce) {
   const std::string before = "127.0.0.1\tlocalhost\n10.0.0.5\tpod-x\n";
   std::string once = RewriteHostsFile(before, {{1, "10.0.0.2"}, {0, "10.0.0.1"}});

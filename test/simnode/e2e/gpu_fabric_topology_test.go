@@ -177,6 +177,13 @@ func TestGPUFabricTopology(t *testing.T) {
 	if got := activePartitions(t, env, node); len(got) != 0 {
 		t.Errorf("active partitions after a refused claim: %v", got)
 	}
+	// The kubelet's Event carries the same message to `kubectl describe pod`.
+	waitForEventAbout(ctx, t, env.client, fabricNamespace, "Pod", "greedy", "FailedPrepareDynamicResources",
+		"minBandwidth: 2000 GB/s cannot be met")
+	if described := env.Kubectl(ctx, t, "describe", "pod", "-n", fabricNamespace, "greedy"); !strings.Contains(described, "FailedPrepareDynamicResources") ||
+		!strings.Contains(described, "2000 GB/s cannot be met") {
+		t.Errorf("kubectl describe pod greedy shows no prepare error:\n%s", described)
+	}
 }
 
 // docsExample writes the YAML block that follows `<!-- e2e: name -->` in a

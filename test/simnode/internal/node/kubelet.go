@@ -141,6 +141,20 @@ func startKubelet(ctx context.Context, cfg *nodeconfig.Config, endpoint string) 
 	// kubemark fakes probes; nil makes the kubelet build its real prober, so
 	// exec probes reach the runtime's ExecSync.
 	hollow.KubeletDeps.ProbeManager = nil
+	// kubemark drops the kubelet's Events (a FakeRecorder); nil and an event
+	// client make RunKubelet build the real recorder, so Events such as a
+	// failed DRA prepare reach the API server and `kubectl describe pod`.
+	// Their own client and limits, as the kubelet's (eventRecordQPS,
+	// eventBurst), so Events never take the pod status updates' budget.
+	ev := *restConfig
+	ev.QPS = float32(kc.EventRecordQPS)
+	ev.Burst = int(kc.EventBurst)
+	eventClient, err := clientset.NewForConfig(&ev)
+	if err != nil {
+		return err
+	}
+	hollow.KubeletDeps.Recorder = nil
+	hollow.KubeletDeps.EventClient = eventClient.CoreV1()
 	// kubemark serves plain HTTP; the API server speaks HTTPS to kubelets
 	// (logs, exec), so serve a self-signed certificate as a kubelet does.
 	tlsOptions, err := kubeletapp.InitializeTLS(ctx, hollow.KubeletFlags, hollow.KubeletConfiguration)

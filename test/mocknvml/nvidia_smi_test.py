@@ -39,7 +39,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(SOURCE, "test", "data")
-H100 = os.path.join(DATA, "h100")
+# The captures; NVDRA_NVIDIA_SMI_CAPTURES names another folder of them (a
+# fresh test/data/capture-nvidia-smi run, before it is copied here).
+H100 = os.environ.get("NVDRA_NVIDIA_SMI_CAPTURES") or os.path.join(DATA, "h100")
 LIBRARY = os.environ.get("NVDRA_MOCKNVML_PATH", "")
 
 
@@ -220,13 +222,14 @@ class SecondH100(unittest.TestCase):
     """check/: scripts/check-real-gpu's run on another H100."""
 
     def test_query_uuid_compute_cap(self):
-        xml = read(os.path.join(H100, "check", "nvidia-smi-q.xml"))
+        check = os.path.join(DATA, "h100", "check")
+        xml = read(os.path.join(check, "nvidia-smi-q.xml"))
         uuid = re.search(r"<uuid>(GPU-[^<]+)</uuid>", xml).group(1)
         node = DriverRoot(capture_profile(uuid=uuid))
         try:
             rc, out = node.smi("--query-gpu=uuid,compute_cap", "--format=csv,noheader")
             self.assertEqual(rc, 0)
-            self.assertEqual(out, read(os.path.join(H100, "check", "nvidia-smi-query.csv")))
+            self.assertEqual(out, read(os.path.join(check, "nvidia-smi-query.csv")))
         finally:
             node.close()
 

@@ -531,7 +531,7 @@ TEST_F(GpuPluginTest, TimeSlicesAFullGpuAndResetsItAtUnprepare) {
   ASSERT_EQ(response.error(), "");
   ASSERT_EQ(response.devices_size(), 1);
   EXPECT_EQ(ComputePolicy(uuid), (json{{"computeMode", 0}, {"timeSlice", 3}}));
-  EXPECT_NE(NvidiaSmi("-q -i " + uuid).find("Compute Mode                        : Default"), std::string::npos)
+  EXPECT_NE(NvidiaSmi("-q -i " + uuid).find("Compute Mode                                       : Default"), std::string::npos)
       << NvidiaSmi("-q -i " + uuid);
   json checkpoint = json::parse(ReadFile(PluginDir() / "checkpoint.json"));
   const json& group = checkpoint["v2"]["preparedClaims"][Uid(claim)]["preparedDevices"][0];

@@ -84,7 +84,7 @@ func TestSimulatedNvidiaSMI(t *testing.T) {
 		t.Fatalf("no plugin pod on %s", node.Config.Name)
 	}
 	out := execIn(ctx, t, env, pluginPod, containerDriverRoot+"/usr/bin/nvidia-smi", "-q")
-	if !strings.Contains(out, "Attached GPUs                           : 8") || !strings.Contains(out, "Product Architecture                : Hopper") {
+	if !strings.Contains(out, "Attached GPUs                                          : 8") || !strings.Contains(out, "Product Architecture                               : Hopper") {
 		t.Errorf("nvidia-smi -q in the plugin container:\n%s", out)
 	}
 }

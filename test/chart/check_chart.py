@@ -146,10 +146,26 @@ class Checker:
         policies = [f"resourceslices-policy-{NAME}"]
         if "compute-domains" in self.containers(objs):
             policies.append(f"nodes-policy-{NAME}")  # the CD plugin may update only its own Node
+        plugin_policies = list(policies)
+        if self.find(objs, "Deployment", f"{NAME}-controller"):
+            policies.append(f"controller-nodes-policy-{NAME}")  # only its label on Nodes
+        daemon_accounts = sorted(s["metadata"]["namespace"] for s in self.find(objs, "ServiceAccount")
+                                 if s["metadata"]["name"] == "compute-domain-daemon-service-account")
+        if daemon_accounts:
+            policies += [f"daemon-pods-policy-{NAME}", f"daemon-status-policy-{NAME}"]  # own pod, own domain
+        for name in policies[len(plugin_policies):]:
+            vap = self.find(objs, "ValidatingAdmissionPolicy", name)
+            binding = self.find(objs, "ValidatingAdmissionPolicyBinding", name)
+            self.expect(vap and binding and binding[0]["spec"]["validationActions"] == ["Deny"], f"{name} or binding")
+            if vap and name.startswith("daemon-"):
+                cond = vap[0]["spec"]["matchConditions"][0]["expression"]
+                for ns in daemon_accounts:
+                    self.expect(f'"system:serviceaccount:{ns}:compute-domain-daemon-service-account"' in cond,
+                                f"{name} does not match the daemons of namespace {ns}: {cond!r}")
         if ds:
             self.expect(sorted(o["metadata"]["name"] for o in self.find(objs, "ValidatingAdmissionPolicy")) ==
                         sorted(policies), f"policies, want {policies}")
-            for name in policies:
+            for name in plugin_policies:
                 vap = self.find(objs, "ValidatingAdmissionPolicy", name)
                 if not vap:
                     continue
@@ -269,7 +285,8 @@ class Checker:
         self.check_common(objs)
         self.expect(sorted(self.containers(objs)) == ["gpus"], "containers with computeDomains off")
         self.expect(not self.find(objs, "Deployment", f"{NAME}-controller"), "controller with computeDomains off")
-        self.expect(not self.find(objs, "ClusterRole", "compute-domain-daemon-role"), "daemon RBAC with CDs off")
+        self.expect(not self.find(objs, "ClusterRole", "compute-domain-daemon-role")
+                    and not self.find(objs, "Role", "compute-domain-daemon-role"), "daemon RBAC with CDs off")
         self.expect(not any(o["metadata"]["name"].startswith("compute-domain") for o in self.find(objs, "DeviceClass")),
                     "compute-domain classes with computeDomains off")
         rules = self.one(objs, "ClusterRole", f"{NAME}-clusterrole-kubeletplugin")["rules"]
@@ -328,7 +345,8 @@ class Checker:
                            "--set", "featureGates.HostManagedIMEXDaemon=true")
         self.check_common(objs)
         self.expect(not self.find(objs, "DeviceClass", "compute-domain-daemon.nvidia.com"), "daemon class in hostManaged")
-        self.expect(not self.find(objs, "ClusterRole", "compute-domain-daemon-role"), "daemon RBAC in hostManaged")
+        self.expect(not self.find(objs, "ClusterRole", "compute-domain-daemon-role")
+                    and not self.find(objs, "Role", "compute-domain-daemon-role"), "daemon RBAC in hostManaged")
 
     def case_options(self):
         objs = self.render(*BASE, "--set", "maskNvidiaDriverParams=true", "--set", "nvidiaDriverRoot=/run/nvidia/driver",

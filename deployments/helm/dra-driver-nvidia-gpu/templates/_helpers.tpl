@@ -154,6 +154,16 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when feature gate $name is set to false (a gate on by default
+turned off). Call with (list $ "Gate"). */}}
+{{- define "dra-driver-nvidia-gpu.gateOff" -}}
+{{- $root := index . 0 -}}
+{{- $gates := $root.Values.featureGates | default dict -}}
+{{- if and (hasKey $gates (index . 1)) (eq (toString (index $gates (index . 1))) "false") -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* FEATURE_GATES value: "A=true,B=false," (the form our binaries and upstream's parse). */}}
 {{- define "dra-driver-nvidia-gpu.featureGatesEnv" -}}
 {{- range $key, $value := .Values.featureGates }}{{ $key }}={{ $value }},{{ end }}

@@ -91,7 +91,7 @@ std::vector<std::string> ChartValues(bool cliques) {
 std::vector<Grant> PluginAllowList() {
   return {
       {{},
-       {{"get resourceslices.resource.k8s.io", "ResourceSlicePublisher re-reads a slice after a conflict "
+       {{"get resourceslices.resource.k8s.io", "ResourceSlicePublisher::Reread "
                                                "(src/kubeletplugin/resource_slice_publisher.cc, Get kResourceSlices)"},
         {"list resourceslices.resource.k8s.io", "ResourceSlicePublisher's informer (RestListWatch kResourceSlices)"},
         {"watch resourceslices.resource.k8s.io", "ResourceSlicePublisher's informer"},
@@ -100,7 +100,7 @@ std::vector<Grant> PluginAllowList() {
         {"delete resourceslices.resource.k8s.io", "ResourceSlicePublisher Delete"},
         {"get resourceclaims.resource.k8s.io", "ClaimPreparer GETs each claim at Prepare "
                                                "(src/kubeletplugin/claim_preparer.cc)"},
-        {"get nodes", "slices' owner reference (resource_slice_publisher.cc), CD plugin's label read-modify-write "
+        {"get nodes", "slices' owner reference (ResourceSlicePublisher::EnsureNodeUid), CD plugin's label read-modify-write "
                       "(src/computedomain/device_state.cc), GPU plugin's fabric label (src/gpu/plugin.cc)"},
         {"update nodes", "CD plugin sets and removes resource.nvidia.com/computeDomain on its Node "
                          "(device_state.cc Update kNodes; nodes-policy keeps it to its own Node)"},
@@ -136,8 +136,8 @@ std::vector<Grant> ControllerAllowList() {
         {"patch computedomains.resource.nvidia.com", "its finalizer: added in controller.cc, removed by "
                                                      "ApiWriter::ReleaseDomain (merge patches)"},
         {"patch computedomains.resource.nvidia.com/status",
-         "DomainStatusUpdater (domain_status.cc), clique indexes by server-side apply and departed entries by "
-         "JSON patch (clique_entries.cc)"},
+         "DomainStatusUpdater (domain_status.cc), imexChannelID (controller.cc), clique indexes by server-side "
+         "apply and departed entries by JSON patch (clique_entries.cc)"},
         {"get resourceclaimtemplates.resource.k8s.io", "owned_objects.cc and cleanup.cc read a template"},
         {"list resourceclaimtemplates.resource.k8s.io", "ControllerCaches' template informer"},
         {"watch resourceclaimtemplates.resource.k8s.io", "ControllerCaches' template informer"},

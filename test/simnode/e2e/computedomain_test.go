@@ -598,18 +598,34 @@ func (e *cdEnvironment) reportPrepareTimings(ctx context.Context, t *testing.T, 
 // it alone).
 func imexPid(t *testing.T, n *harness.Node, pod string) int {
 	t.Helper()
+	pid, err := findIMEXPid(n, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// findIMEXPid is imexPid that returns an error instead of failing the test
+// (the chaos run picks daemons that may be restarting).
+func findIMEXPid(n *harness.Node, pod string) (int, error) {
 	view, err := cri.ReadView(cri.ViewPath(n.Config.ViewsDir(), cdDriverNamespace, pod, cdDaemonContainer))
-	must(t, "daemon view", err)
+	if err != nil {
+		return 0, fmt.Errorf("daemon view: %w", err)
+	}
 	data, err := os.ReadFile(filepath.Join(n.Config.ContainersDir(), view.ContainerID, cri.PidFile))
-	must(t, "daemon container pid", err)
+	if err != nil {
+		return 0, fmt.Errorf("daemon container pid: %w", err)
+	}
 	root, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	must(t, "daemon container pid", err)
+	if err != nil {
+		return 0, fmt.Errorf("daemon container pid: %w", err)
+	}
 	queue := []int{root}
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
 		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == "nvidia-imex" {
-			return pid
+			return pid, nil
 		}
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 		for _, f := range tasks {
@@ -621,8 +637,7 @@ func imexPid(t *testing.T, n *harness.Node, pod string) int {
 			}
 		}
 	}
-	t.Fatalf("no nvidia-imex below the daemon container's process %d on %s", root, n.Config.Name)
-	return 0
+	return 0, fmt.Errorf("no nvidia-imex below the daemon container's process %d on %s", root, n.Config.Name)
 }
 
 // killIMEX SIGKILLs the simulated nvidia-imex on node and waits for its

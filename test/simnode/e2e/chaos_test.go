@@ -162,6 +162,9 @@ type chaosRun struct {
 	cdCreated   int
 	cdReady     int
 	reported    map[string]bool
+	// faultState describes, for the log, what the current fault's
+	// recovery waits for (set by inject; the fault's node by default).
+	faultState func() string
 	// PrepareAborted tombstones of deleted claims the leak sweep found
 	// (node/claim UID): not leaks while within their lifetime.
 	tombstones map[string]bool
@@ -315,6 +318,7 @@ func (r *chaosRun) iteration(ctx context.Context, i int, left time.Duration) {
 	pick := r.faultRng.Intn(1 << 20) // a container, a daemon: whatever the kind needs
 	hold := time.Duration(1000+r.faultRng.Intn(3000)) * time.Millisecond
 	at := time.Now()
+	r.faultState = func() string { return r.nodeState(node) }
 	recovered, what, err := r.inject(ctx, kind, node, pick, hold)
 	if err != nil {
 		r.skipped[kind]++
@@ -327,7 +331,7 @@ func (r *chaosRun) iteration(ctx context.Context, i int, left time.Duration) {
 		bound := min(chaosRecoveryBound, max(left, chaosMinRecovery))
 		if !r.churnUntil(ctx, bound, recovered) {
 			r.slow[kind]++
-			t.Logf("iteration %d: %s %s: not recovered after %s (quiescence decides); %s", i, kind, what, bound, r.nodeState(node))
+			t.Logf("iteration %d: %s %s: not recovered after %s (quiescence decides); %s", i, kind, what, bound, r.faultState())
 		} else {
 			t.Logf("iteration %d: recovered %.1f s after the fault", i, time.Since(at).Seconds())
 		}
@@ -349,23 +353,16 @@ func (r *chaosRun) inject(ctx context.Context, kind, node string, pick int, hold
 		if p == nil || containerStatus(p, container) == nil {
 			return nil, "", fmt.Errorf("no plugin pod with %s on %s", container, node)
 		}
-		before := containerStatus(p, container).ContainerID
+		at := time.Now()
 		pid, err := nodes.KillContainer(node, c.Namespace, p.Name, container)
 		if err != nil {
 			return nil, "", err
 		}
 		return func() bool {
-			p := r.pluginPod(node)
-			s := containerStatus(p, container)
-			return s != nil && s.ContainerID != before && s.Ready && r.nodeReady(node)
+			return startedSince(containerStatus(r.pluginPod(node), container), at) && r.nodeReady(node)
 		}, fmt.Sprintf("container %s of %s on %s (pid %d)", container, p.Name, node, pid), nil
 	case chaosKubeletRestart, chaosNodeReboot:
-		before := map[string]string{}
-		if p := r.pluginPod(node); p != nil {
-			for _, s := range p.Status.ContainerStatuses {
-				before[s.Name] = s.ContainerID
-			}
-		}
+		at := time.Now()
 		var err error
 		if kind == chaosKubeletRestart {
 			err = nodes.RestartKubelet(node)
@@ -380,8 +377,8 @@ func (r *chaosRun) inject(ctx context.Context, kind, node string, pick int, hold
 			if p == nil || !r.nodeReady(node) || !r.hasSlices(node) {
 				return false
 			}
-			for _, s := range p.Status.ContainerStatuses {
-				if !s.Ready || s.ContainerID == before[s.Name] {
+			for i := range p.Status.ContainerStatuses {
+				if !startedSince(&p.Status.ContainerStatuses[i], at) {
 					return false
 				}
 			}
@@ -410,16 +407,21 @@ func (r *chaosRun) inject(ctx context.Context, kind, node string, pick int, hold
 			return nil, "", fmt.Errorf("%d running controller pods", len(ctl))
 		}
 		p := ctl[0]
-		before := containerStatus(p, cdControllerContainer).ContainerID
+		at := time.Now()
 		pid, err := nodes.KillContainer(p.Spec.NodeName, c.Namespace, p.Name, cdControllerContainer)
 		if err != nil {
 			return nil, "", err
 		}
 		name := p.Name
+		r.faultState = func() string {
+			s := containerStatus(r.w.pod(c.Namespace, name), cdControllerContainer)
+			if s == nil {
+				return "controller pod " + name + " gone"
+			}
+			return fmt.Sprintf("controller %s ready=%t restarts=%d state=%+v", name, s.Ready, s.RestartCount, s.State)
+		}
 		return func() bool {
-			p := r.w.pod(c.Namespace, name)
-			s := containerStatus(p, cdControllerContainer)
-			return s != nil && s.ContainerID != before && s.Ready
+			return startedSince(containerStatus(r.w.pod(c.Namespace, name), cdControllerContainer), at)
 		}, fmt.Sprintf("%s on %s (pid %d)", name, p.Spec.NodeName, pid), nil
 	case chaosIMEXKill:
 		daemons := r.w.podsWhere(c.Namespace, func(p *corev1.Pod) bool {
@@ -442,14 +444,34 @@ func (r *chaosRun) inject(ctx context.Context, kind, node string, pick int, hold
 			return nil, "", fmt.Errorf("kill nvidia-imex %d: %w", pid, err)
 		}
 		name := p.Name
-		// The daemon starts a new nvidia-imex itself; the domain's
-		// convergence is for quiescence to check.
-		return func() bool {
+		daemon := func() (*corev1.Pod, int, error) {
+			p := r.w.pod(c.Namespace, name)
 			again, err := findIMEXPid(n, name)
-			return err == nil && again != pid
+			return p, again, err
+		}
+		r.faultState = func() string {
+			p, again, err := daemon()
+			if p == nil {
+				return "daemon pod " + name + " gone"
+			}
+			return fmt.Sprintf("daemon pod %s %s deleting=%t restarts=%d, nvidia-imex pid %d (%v)", name, p.Status.Phase, p.DeletionTimestamp != nil, restarts(p), again, err)
+		}
+		// The daemon starts a new nvidia-imex itself; the domain's
+		// convergence is for quiescence to check. A daemon that goes away
+		// meanwhile (its domain deleted by the churn) has nothing to restart.
+		return func() bool {
+			p, again, err := daemon()
+			return p == nil || p.DeletionTimestamp != nil || (err == nil && again != pid)
 		}, fmt.Sprintf("(pid %d) of %s on %s", pid, name, p.Spec.NodeName), nil
 	}
 	return nil, "", fmt.Errorf("unknown fault %q", kind)
+}
+
+// startedSince: the container runs, Ready, started at or after at (the
+// simulated runtime may give a container started anew after a kubelet
+// restart its old ID, so the start time tells; it has whole seconds).
+func startedSince(s *corev1.ContainerStatus, at time.Time) bool {
+	return s != nil && s.Ready && s.State.Running != nil && !s.State.Running.StartedAt.Time.Before(at.Truncate(time.Second))
 }
 
 // churnUntil runs churn actions, one per slice, until cond holds (true) or
@@ -692,7 +714,7 @@ func (r *chaosRun) nodeState(node string) string {
 	var containers []string
 	if p := r.pluginPod(node); p != nil {
 		for _, s := range p.Status.ContainerStatuses {
-			containers = append(containers, fmt.Sprintf("%s ready=%t restarts=%d id=%s", s.Name, s.Ready, s.RestartCount, s.ContainerID))
+			containers = append(containers, fmt.Sprintf("%s ready=%t restarts=%d state=%+v", s.Name, s.Ready, s.RestartCount, s.State))
 		}
 	}
 	return fmt.Sprintf("node %s Ready=%t, slices of both drivers=%t, plugin containers %v", node, r.nodeReady(node), r.hasSlices(node), containers)

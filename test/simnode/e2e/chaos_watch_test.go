@@ -18,7 +18,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -254,4 +256,61 @@ func sharedDevices(claims []*resourceapi.ResourceClaim, pods cache.Store) map[st
 		out[key+" "+strings.Join(who, ",")] = fmt.Sprintf("device %s allocated to %d claims at once: %s", key, len(list), strings.Join(who, "; "))
 	}
 	return out
+}
+
+// TestChaosSharedDevices checks the exclusivity check itself (no cluster):
+// a device in two claims' allocations is found, with the claims' Running
+// pods; shares (ShareID) and distinct devices are not.
+func TestChaosSharedDevices(t *testing.T) {
+	pods := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for _, p := range []struct {
+		name  string
+		phase corev1.PodPhase
+	}{{"a", corev1.PodRunning}, {"b", corev1.PodRunning}, {"c", corev1.PodPending}} {
+		must(t, "pod", pods.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: p.name}, Status: corev1.PodStatus{Phase: p.phase}}))
+	}
+	claim := func(name, pod, device string, share *types.UID) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Status: resourceapi.ResourceClaimStatus{
+				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{
+					{Request: "gpu", Driver: gpuDriverName, Pool: "node-0", Device: device, ShareID: share},
+				}}},
+				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod}},
+			},
+		}
+	}
+	s1, s2 := types.UID("s1"), types.UID("s2")
+	cases := []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		want   []string // parts of the one finding; none: no finding
+	}{
+		{"distinct devices", []*resourceapi.ResourceClaim{claim("x", "a", "gpu-0", nil), claim("y", "b", "gpu-1", nil)}, nil},
+		{"one device twice", []*resourceapi.ResourceClaim{claim("x", "a", "gpu-0", nil), claim("y", "b", "gpu-0", nil)},
+			[]string{"gpu.nvidia.com/node-0/gpu-0", "ns/x", "ns/y", "running pods [a]", "running pods [b]"}},
+		{"twice, one pod pending", []*resourceapi.ResourceClaim{claim("x", "a", "gpu-0", nil), claim("y", "c", "gpu-0", nil)},
+			[]string{"ns/y (uid uid-y, running pods [])"}},
+		{"two shares", []*resourceapi.ResourceClaim{claim("x", "a", "gpu-0", &s1), claim("y", "b", "gpu-0", &s2)}, nil},
+	}
+	for _, tc := range cases {
+		got := sharedDevices(tc.claims, pods)
+		if len(tc.want) == 0 {
+			if len(got) != 0 {
+				t.Errorf("%s: found %v, want nothing", tc.name, got)
+			}
+			continue
+		}
+		if len(got) != 1 {
+			t.Errorf("%s: found %v, want one finding", tc.name, got)
+			continue
+		}
+		for _, what := range got {
+			for _, part := range tc.want {
+				if !strings.Contains(what, part) {
+					t.Errorf("%s: %q lacks %q", tc.name, what, part)
+				}
+			}
+		}
+	}
 }

@@ -80,12 +80,22 @@ StatusOr<std::unique_ptr<HttpServing>> HttpServing::Start(httplib::Server& serve
 
 HttpServing::~HttpServing() {
   if (!thread_.joinable()) return;
-  // A stop() before httplib counts as running is lost: repeat it.
+  // A stop() before httplib counts as running (serving_) is lost: repeat it
+  // until one lands while running. Never one more: a second stop() while
+  // listen winds down finds the socket already closed (httplib asserts on
+  // that, and closes descriptor -1 without the assert; the sanitized
+  // trees, built without NDEBUG, caught it when a busy worker kept listen
+  // from returning within 50 ms).
   MutexLock lock(mu_);
+  bool stopped = false;
   while (!listen_returned_) {
-    lock.Unlock();
-    server_.stop();
-    lock.Lock();
+    if (!stopped) {
+      const bool running = serving_;
+      lock.Unlock();
+      server_.stop();
+      lock.Lock();
+      stopped = running;
+    }
     cv_.wait_for(lock.native(), std::chrono::milliseconds(50), [&]() REQUIRES(mu_) { return listen_returned_; });
   }
   lock.Unlock();

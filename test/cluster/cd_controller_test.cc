@@ -459,7 +459,11 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   EXPECT_EQ(Str(*cds_->Get(CdKey("cd-a")), "/status/status"), "NotReady");
 
   // Daemons never own an index; the controller does.
-  for (const json& m : cliques_->Get(clique_key)->at("metadata").at("managedFields")) {
+  // The clique kept: a range-for over a member of the temporary Get returns
+  // read freed memory (ThreadSanitizer caught it).
+  const std::optional<json> clique_now = cliques_->Get(clique_key);
+  ASSERT_TRUE(clique_now.has_value());
+  for (const json& m : clique_now->at("metadata").at("managedFields")) {
     const std::string owned = m.value("fieldsV1", json::object()).dump();
     if (m.value("manager", "").starts_with("compute-domain-daemon")) {
       EXPECT_EQ(owned.find("f:index"), std::string::npos) << m.dump();

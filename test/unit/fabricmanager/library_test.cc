@@ -290,7 +290,10 @@ TEST_F(FabricManagerTest, GpuWithFailedNvlinksBlocksItsMultiGpuPartitions) {
   EXPECT_EQ(connection.Activate(3).code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(connection.Activate(7).ok());  // module 1 alone: no NVLinks needed
   EXPECT_TRUE(connection.Activate(2).ok());  // module ids 5-8
-  const Partition* first_half = Find(PartitionsOrDie(connection), 1);
+  // Kept: Find points into the list (ThreadSanitizer caught a read of a
+  // temporary list freed at the end of the statement).
+  const std::vector<Partition> partitions = PartitionsOrDie(connection);
+  const Partition* first_half = Find(partitions, 1);
   ASSERT_NE(first_half, nullptr);
   EXPECT_EQ(first_half->gpus[0].num_nvlinks_available, 16U);
   EXPECT_EQ(first_half->gpus[1].num_nvlinks_available, 18U);

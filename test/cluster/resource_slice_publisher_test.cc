@@ -319,7 +319,8 @@ TEST_F(ResourceSlicePublisherTest, RemovingPoolDeletesItsSlices) {
   auto slices = Slices();
   ASSERT_EQ(slices.size(), 1u);
   EXPECT_EQ(slices[0]["spec"]["pool"]["name"], "keep");
-  EXPECT_EQ(kept_before.at(slices[0]["metadata"]["name"]), slices[0]["metadata"]["resourceVersion"]);
+  EXPECT_EQ(kept_before.at(slices[0]["metadata"]["name"]),
+            slices[0]["metadata"]["resourceVersion"].get<std::string>());
   EXPECT_EQ(publisher->stats().deletes, 2u);
 
   ASSERT_TRUE(publisher->DeleteAll(kSyncTimeout).ok());

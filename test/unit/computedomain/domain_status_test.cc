@@ -4,6 +4,7 @@
 #include "computedomain/controller/domain_status.h"
 
 #include <memory>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -21,9 +22,11 @@ k8s::ComputeDomain Domain(std::int64_t num_nodes) {
   return cd;
 }
 
-k8s::ComputeDomainClique Clique(json daemons) {
+// A vector, not a json: `{Daemon(...)}` as a json is a one-element array to
+// g++ but the daemon itself to clang (the sanitized trees' compiler).
+k8s::ComputeDomainClique Clique(std::vector<json> daemons) {
   k8s::ComputeDomainClique clique = k8s::ComputeDomainClique::New("drv", "u1.c");
-  clique.mutable_json()["daemons"] = std::move(daemons);
+  clique.mutable_json()["daemons"] = json(std::move(daemons));
   return clique;
 }
 

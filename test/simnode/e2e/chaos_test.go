@@ -41,6 +41,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"nvdra.local/test/simnode/harness"
 	"nvdra.local/test/simnode/internal/cri"
@@ -75,6 +76,8 @@ const (
 	chaosMinRecovery   = 15 * time.Second
 	chaosSlice         = 1500 * time.Millisecond
 	gpusPerTray        = 4
+	// Written to the intruder pod after a kube-apiserver restart (inject).
+	chaosProbeAnnotation = "chaos.nvdra.test/probe"
 	// A PrepareAborted entry of the CD plugin is a tombstone kept on
 	// purpose (claim_preparer.h, upstream #1162: a prepare still waiting
 	// when its claim was unprepared must fail, not leak the channel). It
@@ -398,7 +401,22 @@ func (r *chaosRun) inject(ctx context.Context, kind, node string, pick int, hold
 		if err != nil {
 			r.t.Fatalf("restart kube-apiserver: %v", err)
 		}
-		return func() bool { return true }, fmt.Sprintf("(away %.1f s)", away.Seconds()), nil
+		// Recovered once this run's own pod watch is back: clients' watches
+		// (the informers here, the scheduler's, the controllers') relist
+		// with client-go's growing backoff after each restart, so
+		// consecutive restarts leave them stale for tens of seconds. An
+		// annotation written to the intruder pod shows when ours sees
+		// events again.
+		probe := strconv.Itoa(r.seq)
+		r.seq++
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, chaosProbeAnnotation, probe)
+		_, err = c.Client.CoreV1().Pods(r.intruder.ns).Patch(ctx, r.intruder.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		must(r.t, "annotate the intruder", err)
+		r.faultState = func() string { return "the run's pod informer has not seen the probe annotation " + probe }
+		return func() bool {
+			p := r.w.pod(r.intruder.ns, r.intruder.name)
+			return p != nil && p.Annotations[chaosProbeAnnotation] == probe
+		}, fmt.Sprintf("(away %.1f s)", away.Seconds()), nil
 	case chaosControllerKill:
 		ctl := r.w.podsWhere(c.Namespace, func(p *corev1.Pod) bool {
 			return p.Labels[chartComponentLabel] == "controller" && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning

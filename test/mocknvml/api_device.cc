@@ -2,6 +2,8 @@
 // properties, and nvmlErrorString. Contracts are NVML's; where the mock picks
 // a code NVML's documentation leaves open, the comment says so.
 
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "context.h"
@@ -85,6 +87,71 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
     }
   }
   return NVML_ERROR_NOT_FOUND;
+}
+
+namespace {
+// NVML's bus id forms, hex in any case: "domain:bus:device.function" (the
+// domain up to 8 digits: "00000000:18:00.0", sysfs's "0000:18:00.0") or
+// "bus:device.function" (domain 0). False when `text` is none of them.
+bool ParsePciBusId(const char* text, unsigned* domain, unsigned* bus, unsigned* device,
+                   unsigned* function) {
+  // %x alone would also take "0x", signs and blanks.
+  if (std::strspn(text, "0123456789abcdefABCDEF:.") != std::strlen(text)) return false;
+  int used = 0;
+  *domain = 0;
+  // NOLINTNEXTLINE(cert-err34-c): the %n check below rejects partial parses.
+  if (std::sscanf(text, "%x:%x:%x.%x%n", domain, bus, device, function, &used) == 4 &&
+      text[used] == '\0') {
+    return true;
+  }
+  used = 0;
+  *domain = 0;
+  return std::sscanf(text, "%x:%x.%x%n", bus, device, function, &used) == 3 && text[used] == '\0';
+}
+}  // namespace
+
+// Not in nvml_abi.h (the driver does not use them); nvml.h declares both.
+// INVALID_ARGUMENT for a string that is no bus id; NOT_FOUND for one no GPU
+// NVML manages has (a GPU on vfio-pci included); GPU_IS_LOST for a lost GPU.
+NVDRA_MOCKNVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* pciBusId,
+                                                                    nvmlDevice_t* device);
+NVDRA_MOCKNVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* pciBusId,
+                                                                 nvmlDevice_t* device);
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* pciBusId, nvmlDevice_t* device) {
+  NVDRA_MOCKNVML_BEGIN();
+  if (pciBusId == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned domain = 0;
+  unsigned bus = 0;
+  unsigned dev = 0;
+  unsigned function = 0;
+  if (!ParsePciBusId(pciBusId, &domain, &bus, &dev, &function)) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  const Profile& profile = ctx.profile();
+  for (unsigned i = 0; i < profile.gpus.size(); ++i) {
+    unsigned gpu_domain = 0;
+    unsigned gpu_bus = 0;
+    unsigned gpu_dev = 0;
+    unsigned gpu_function = 0;
+    if (ParsePciBusId(profile.gpus[i].pci.busId, &gpu_domain, &gpu_bus, &gpu_dev,
+                      &gpu_function) &&
+        gpu_domain == domain && gpu_bus == bus && gpu_dev == dev && gpu_function == function) {
+      if (ctx.IsGpuLost(i)) return NVML_ERROR_GPU_IS_LOST;
+      *device = ctx.GpuHandle(i);
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+// v1 skipped GPUs the caller may not use; the mock has none such. Checks
+// init and missingFunctions under its own name, then forwards (unlocked).
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* pciBusId, nvmlDevice_t* device) {
+  {
+    NVDRA_MOCKNVML_BEGIN();
+  }
+  return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
 }
 
 // MIG devices have no index or minor number of their own: NOT_SUPPORTED.

@@ -211,6 +211,36 @@ nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsig
   return rc;
 }
 
+// Without a placement (declared in nvml.h, not in nvml_abi.h): the first of
+// the profile's possible placements, in profile order, that is free; every
+// placement taken: INSUFFICIENT_RESOURCES. Other codes as with a placement.
+NVDRA_MOCKNVML_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device,
+                                                               unsigned int profileId,
+                                                               nvmlGpuInstance_t* gpuInstance);
+nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profileId,
+                                         nvmlGpuInstance_t* gpuInstance) {
+  NVDRA_MOCKNVML_BEGIN();
+  NVDRA_MOCKNVML_RESOLVE(device, d);
+  if (gpuInstance == nullptr || d.is_mig()) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!d.gpu->mig) return NVML_ERROR_NOT_SUPPORTED;
+  const GpuInstanceProfile* profile = d.gpu->mig->ProfileById(profileId);
+  unsigned gi_id = 0;
+  const nvmlReturn_t rc = MutateGpu(ctx, *d.gpu, [&](GpuMigState& mig) {
+    if (profile == nullptr || profile->placements.empty()) {
+      // MIG off (NOT_SUPPORTED) or an unknown profile (INVALID_ARGUMENT).
+      return CreateGpuInstance(*d.gpu->mig, mig, profileId, nvmlGpuInstancePlacement_t{}, &gi_id);
+    }
+    nvmlReturn_t last = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    for (const nvmlGpuInstancePlacement_t& placement : profile->placements) {
+      last = CreateGpuInstance(*d.gpu->mig, mig, profileId, placement, &gi_id);
+      if (last != NVML_ERROR_INSUFFICIENT_RESOURCES) break;
+    }
+    return last;
+  });
+  if (rc == NVML_SUCCESS) *gpuInstance = ctx.GpuInstanceHandle(d.gpu_index, gi_id);
+  return rc;
+}
+
 nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
   NVDRA_MOCKNVML_BEGIN();
   ResolvedDevice d;

@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <cctype>
 #include <cstring>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -217,6 +219,83 @@ TEST_F(MockNvmlCompatTest, ListsAreEmpty) {
     EXPECT_EQ(sym.Get<Fn1>(name)(&count), abi::NVML_SUCCESS);
     EXPECT_EQ(count, 0U);
   }
+}
+
+TEST_F(MockNvmlCompatTest, HandleByPciBusIdTakesNvmlsForms) {
+  UseProfile("h100-sxm.json");
+  Symbols sym;
+  using ByBusIdFn = abi::nvmlReturn_t (*)(const char*, abi::nvmlDevice_t*);
+  auto by_bus_id = sym.Get<ByBusIdFn>("nvmlDeviceGetHandleByPciBusId_v2");
+  auto by_bus_id_v1 = sym.Get<ByBusIdFn>("nvmlDeviceGetHandleByPciBusId");
+  ASSERT_NE(by_bus_id, nullptr);
+  abi::nvmlDevice_t device = nullptr;
+  EXPECT_EQ(by_bus_id("00000000:18:00.0", &device), abi::NVML_ERROR_UNINITIALIZED);
+  EXPECT_EQ(by_bus_id_v1("00000000:18:00.0", &device), abi::NVML_ERROR_UNINITIALIZED);
+  InitOrFail();
+  abi::nvmlPciInfo_t pci{};
+  ASSERT_EQ(nvml_->nvmlDeviceGetPciInfo_v3(nvml_->Gpu(2), &pci), abi::NVML_SUCCESS);
+  std::string lower = pci.busIdLegacy;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string short_form = std::string(pci.busId).substr(9);  // bus:device.function
+  for (const std::string& form : {std::string(pci.busId), std::string(pci.busIdLegacy), lower,
+                                  short_form}) {
+    SCOPED_TRACE(form);
+    device = nullptr;
+    EXPECT_EQ(by_bus_id(form.c_str(), &device), abi::NVML_SUCCESS);
+    EXPECT_EQ(device, nvml_->Gpu(2));
+    device = nullptr;
+    EXPECT_EQ(by_bus_id_v1(form.c_str(), &device), abi::NVML_SUCCESS);
+    EXPECT_EQ(device, nvml_->Gpu(2));
+  }
+  EXPECT_EQ(by_bus_id("00000000:FE:00.0", &device), abi::NVML_ERROR_NOT_FOUND);
+  EXPECT_EQ(by_bus_id("not a bus id", &device), abi::NVML_ERROR_INVALID_ARGUMENT);
+  for (const char* suffix : {"x", "g", " "}) {
+    EXPECT_EQ(by_bus_id((std::string(pci.busId) + suffix).c_str(), &device),
+              abi::NVML_ERROR_INVALID_ARGUMENT)
+        << suffix;
+  }
+  EXPECT_EQ(by_bus_id(nullptr, &device), abi::NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(by_bus_id(pci.busId, nullptr), abi::NVML_ERROR_INVALID_ARGUMENT);
+}
+
+// nvmlDeviceCreateGpuInstance: the first free possible placement.
+TEST_F(MockNvmlCompatTest, CreateGpuInstanceWithoutPlacementTakesTheFirstFree) {
+  UseProfile("h100-sxm.json");
+  InitOrFail();
+  Symbols sym;
+  using CreateFn = abi::nvmlReturn_t (*)(abi::nvmlDevice_t, unsigned, abi::nvmlGpuInstance_t*);
+  auto create = sym.Get<CreateFn>("nvmlDeviceCreateGpuInstance");
+  ASSERT_NE(create, nullptr);
+  abi::nvmlDevice_t gpu = nvml_->Gpu(0);
+  auto profile_id = [&](unsigned index) {
+    abi::nvmlGpuInstanceProfileInfo_v2_t info{};
+    info.version = abi::nvmlGpuInstanceProfileInfo_v2;
+    EXPECT_EQ(nvml_->nvmlDeviceGetGpuInstanceProfileInfoV(gpu, index, &info), abi::NVML_SUCCESS);
+    return info.id;
+  };
+  const unsigned one_slice = profile_id(abi::NVML_GPU_INSTANCE_PROFILE_1_SLICE);
+  const unsigned seven_slice = profile_id(abi::NVML_GPU_INSTANCE_PROFILE_7_SLICE);
+  abi::nvmlGpuInstance_t gi = nullptr;
+  EXPECT_EQ(create(gpu, one_slice, &gi), abi::NVML_ERROR_NOT_SUPPORTED);  // MIG off
+  abi::nvmlReturn_t activation = abi::NVML_SUCCESS;
+  ASSERT_EQ(nvml_->nvmlDeviceSetMigMode(gpu, abi::NVML_DEVICE_MIG_ENABLE, &activation),
+            abi::NVML_SUCCESS);
+  EXPECT_EQ(create(gpu, 0xdead, &gi), abi::NVML_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(create(gpu, one_slice, nullptr), abi::NVML_ERROR_INVALID_ARGUMENT);
+  abi::nvmlGpuInstance_t first = nullptr;
+  abi::nvmlGpuInstance_t second = nullptr;
+  ASSERT_EQ(create(gpu, one_slice, &first), abi::NVML_SUCCESS);
+  ASSERT_EQ(create(gpu, one_slice, &second), abi::NVML_SUCCESS);
+  abi::nvmlGpuInstanceInfo_t a{};
+  abi::nvmlGpuInstanceInfo_t b{};
+  ASSERT_EQ(nvml_->nvmlGpuInstanceGetInfo(first, &a), abi::NVML_SUCCESS);
+  ASSERT_EQ(nvml_->nvmlGpuInstanceGetInfo(second, &b), abi::NVML_SUCCESS);
+  EXPECT_NE(a.placement.start, b.placement.start);
+  EXPECT_EQ(create(gpu, seven_slice, &gi), abi::NVML_ERROR_INSUFFICIENT_RESOURCES);
+  EXPECT_EQ(nvml_->nvmlGpuInstanceDestroy(first), abi::NVML_SUCCESS);
+  EXPECT_EQ(nvml_->nvmlGpuInstanceDestroy(second), abi::NVML_SUCCESS);
+  ASSERT_EQ(create(gpu, seven_slice, &gi), abi::NVML_SUCCESS);
+  EXPECT_EQ(nvml_->nvmlGpuInstanceDestroy(gi), abi::NVML_SUCCESS);
 }
 
 }  // namespace

@@ -121,6 +121,44 @@ func (t *tally) call(kind, label, method string, f func() nvml.Return) {
 	t.failures = append(t.failures, fmt.Sprintf("%s %s: %d (%s)", label, method, int32(ret), nvml.ErrorString(ret)))
 }
 
+// lookups: the handle by UUID and by PCI bus id (both spellings) must be
+// found (SUCCESS, not merely an accepted code) and be the handle by index.
+func (t *tally) lookups(n nvml.Interface, label string, dev nvml.Device) {
+	uuid, ret := dev.GetUUID()
+	if ret == nvml.SUCCESS {
+		t.call("lookup", label, "DeviceGetHandleByUUID", func() nvml.Return {
+			other, ret := n.DeviceGetHandleByUUID(uuid)
+			if ret != nvml.SUCCESS || other != dev {
+				t.failures = append(t.failures, fmt.Sprintf("%s DeviceGetHandleByUUID: %s, or another device",
+					label, nvml.ErrorString(ret)))
+			}
+			return ret
+		})
+	}
+	pci, ret := dev.GetPciInfo()
+	if ret != nvml.SUCCESS {
+		return
+	}
+	for _, id := range [][]int8{pci.BusId[:], pci.BusIdLegacy[:]} {
+		b := make([]byte, 0, len(id))
+		for _, c := range id {
+			if c == 0 {
+				break
+			}
+			b = append(b, byte(c))
+		}
+		busID := string(b)
+		t.call("lookup", label, "DeviceGetHandleByPciBusId", func() nvml.Return {
+			other, ret := n.DeviceGetHandleByPciBusId(busID)
+			if ret != nvml.SUCCESS || other != dev {
+				t.failures = append(t.failures, fmt.Sprintf("%s DeviceGetHandleByPciBusId(%s): %s, or another device",
+					label, busID, nvml.ErrorString(ret)))
+			}
+			return ret
+		})
+	}
+}
+
 func main() {
 	lib := flag.String("lib", "", "path of the libnvidia-ml.so.1 to load")
 	name := flag.String("name", "", "label for the summary (the profile)")
@@ -157,6 +195,7 @@ func main() {
 		}
 		label := fmt.Sprintf("gpu%d", i)
 		t.callGetters("gpu", label, deviceType, dev)
+		t.lookups(n, label, dev)
 
 		current, _, ret := dev.GetMigMode()
 		if ret != nvml.SUCCESS || current != nvml.DEVICE_MIG_ENABLE {

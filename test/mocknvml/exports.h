@@ -1,13 +1,17 @@
 #pragma once
 
-// The C functions the mock exports: every function of NVDRA_NVML_FUNCTIONS
-// plus nvmlErrorString, with C linkage and default visibility (the library is
-// built with -fvisibility=hidden and a version script, so nothing else
-// leaks). Each definition's type is checked against nvml_abi.h, so a
-// signature that drifts from the loader's fails to compile.
+// The C functions of nvml_abi.h the mock exports: every function of
+// NVDRA_NVML_FUNCTIONS plus nvmlErrorString, with C linkage and default
+// visibility (the library is built with -fvisibility=hidden and a version
+// script, so nothing else leaks). Each definition's type is checked against
+// nvml_abi.h, so a signature that drifts from the loader's fails to compile.
 //
 // The definitions live in api_device.cc (init, system, device queries,
 // nvmlErrorString), api_mig.cc (MIG) and api_fabric_events.cc (fabric, events).
+// The rest of nvml.h is declared where it is defined, with
+// NVDRA_MOCKNVML_EXPORT: api_compat.cc (the plain v1 names, empty lists),
+// api_device.cc / api_mig.cc (a few lookups and creates), and the generated
+// api_stubs.cc (README.md, "Every NVML function").
 //
 // Thread-safety: every function is thread-safe (see context.h).
 

@@ -1012,8 +1012,8 @@ func (r *chaosRun) quiesce(ctx context.Context) {
 			}
 		}
 		for _, c := range r.goneClaims {
-			if r.w.claim(c.ns, c.name) != nil {
-				out[vNotDeleted] = append(out[vNotDeleted], "claim "+c.String())
+			if claim := r.w.claim(c.ns, c.name); claim != nil {
+				out[vNotDeleted] = append(out[vNotDeleted], "claim "+c.String()+" "+r.claimState(claim))
 			}
 		}
 		return out
@@ -1047,6 +1047,23 @@ func (r *chaosRun) quiesce(ctx context.Context) {
 	if err != nil {
 		r.violate(vCrossNS, "the kubelet on %s never failed %s's prepare with the namespace-isolation reason: %v", r.intruderOn, r.intruder, err)
 	}
+}
+
+// claimState says, for a claim that should be gone, what holds it: its
+// finalizers, its allocation, and each reserving pod, whether it still
+// exists (a reservation of a pod that is gone is the resourceclaim
+// controller's to release).
+func (r *chaosRun) claimState(c *resourceapi.ResourceClaim) string {
+	var reserved []string
+	for _, ref := range c.Status.ReservedFor {
+		state := "gone"
+		if p := r.w.pod(c.Namespace, ref.Name); p != nil && p.UID == ref.UID {
+			state = podPhase(p)
+		}
+		reserved = append(reserved, fmt.Sprintf("%s %s (uid %s, %s)", ref.Resource, ref.Name, ref.UID, state))
+	}
+	return fmt.Sprintf("(uid %s, deleting=%t, finalizers %v, allocated=%t, reservedFor %v)",
+		c.UID, c.DeletionTimestamp != nil, c.Finalizers, c.Status.Allocation != nil, reserved)
 }
 
 func podPhase(p *corev1.Pod) string {
@@ -1109,7 +1126,7 @@ func (r *chaosRun) teardown(ctx context.Context) {
 		}
 		for _, c := range r.w.claimList() {
 			if c.Namespace == chaosNamespaceA || c.Namespace == chaosNamespaceB {
-				out = append(out, "claim "+c.Namespace+"/"+c.Name)
+				out = append(out, "claim "+c.Namespace+"/"+c.Name+" "+r.claimState(c))
 			}
 		}
 		for _, o := range r.w.domains.List() {

@@ -391,17 +391,7 @@ func (c *cdCluster) WaitForCDReady(ctx context.Context, t *testing.T, cd *comput
 	t.Helper()
 	want := append([]string(nil), nodes...)
 	sort.Strings(want)
-	return c.WaitForCD(ctx, t, cd, fmt.Sprintf("Ready on %v", want), func(s cdStatus) bool {
-		if s.Status != "Ready" || strings.Join(s.NodeNames(), ",") != strings.Join(want, ",") {
-			return false
-		}
-		for _, n := range s.Nodes {
-			if n.Status != "Ready" {
-				return false
-			}
-		}
-		return true
-	})
+	return c.WaitForCD(ctx, t, cd, fmt.Sprintf("Ready on %v", want), func(s cdStatus) bool { return readyOn(s, nodes) })
 }
 
 // DaemonPods lists the domain's daemon pods (not being deleted) by node.

@@ -1074,7 +1074,7 @@ func podPhase(p *corev1.Pod) string {
 }
 
 // readyOn: the domain is Ready with exactly nodes in its status, each Ready
-// (WaitForCDReady's condition).
+// (WaitForCDReady's condition, and the chaos run's at quiescence).
 func readyOn(s cdStatus, nodes []string) bool {
 	want := append([]string(nil), nodes...)
 	sort.Strings(want)

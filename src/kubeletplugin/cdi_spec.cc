@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <limits>
 #include <random>
 #include <set>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -168,14 +171,51 @@ void CheckKeys(const json& j, std::initializer_list<std::string_view> allowed) {
   }
 }
 
+// An integer field. Not json::get: it casts a float to an integer type,
+// undefined behaviour out of range (the fuzzer's minor of 3.3e65), and
+// wraps a negative number into an unsigned type. CDI's fields are integers
+// of their Go types' range; anything else is refused naming the field.
+template <typename T>
+T IntegerField(const json& value, const char* key) {
+  if (!value.is_number_integer()) {
+    throw std::invalid_argument(fmt::format("{}: expected an integer, got {}", key, value.type_name()));
+  }
+  const bool fits = value.is_number_unsigned() ? std::in_range<T>(value.get<std::uint64_t>())
+                                               : std::in_range<T>(value.get<std::int64_t>());
+  if (!fits) {
+    throw std::out_of_range(fmt::format("{}: {} is out of range ({} to {})", key, value.dump(),
+                                        std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+  }
+  return value.is_number_unsigned() ? static_cast<T>(value.get<std::uint64_t>())
+                                    : static_cast<T>(value.get<std::int64_t>());
+}
+
+template <typename T>
+constexpr bool kIsInteger = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+
+template <typename T>
+T FieldAs(const json& value, const char* key) {
+  if constexpr (kIsInteger<T>) {
+    return IntegerField<T>(value, key);
+  } else if constexpr (requires { typename T::value_type; } && !std::is_same_v<T, std::string> &&
+                       kIsInteger<typename T::value_type>) {
+    if (!value.is_array()) throw std::invalid_argument(fmt::format("{}: expected a list", key));
+    T out;
+    for (const json& item : value) out.push_back(IntegerField<typename T::value_type>(item, key));
+    return out;
+  } else {
+    return value.get<T>();
+  }
+}
+
 template <typename T>
 void GetIf(const json& j, const char* key, T& out) {
-  if (auto it = j.find(key); it != j.end()) out = it->get<T>();
+  if (auto it = j.find(key); it != j.end()) out = FieldAs<T>(*it, key);
 }
 
 template <typename T>
 void GetIf(const json& j, const char* key, std::optional<T>& out) {
-  if (auto it = j.find(key); it != j.end()) out = it->get<T>();
+  if (auto it = j.find(key); it != j.end()) out = FieldAs<T>(*it, key);
 }
 
 CdiContainerEdits EditsFromJson(const json& j) {

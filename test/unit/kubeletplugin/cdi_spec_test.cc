@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -105,6 +106,35 @@ TEST(CdiJson, UnknownFieldIsRejected) {
   auto j = CdiSpecToJson(MinimalSpec());
   j["devices"][0]["containerEdits"]["deviceNodes"][0]["colour"] = "red";
   EXPECT_EQ(CdiSpecFromJson(j).status().code(), common::StatusCode::kInvalidArgument);
+}
+
+using ::testing::HasSubstr;
+
+// Found by fuzz.cdi_spec: a float out of an integer field's range was
+// converted with a plain cast (undefined behaviour); negative ids wrapped.
+TEST(CdiJson, IntegerFieldsTakeIntegersInRangeOnly) {
+  auto spec_with = [](nlohmann::json node, nlohmann::json gids = nlohmann::json::array()) {
+    node["path"] = "/dev/x";
+    nlohmann::json edits = {{"deviceNodes", {node}}};
+    if (!gids.empty()) edits["additionalGids"] = gids;
+    return nlohmann::json{{"cdiVersion", "0.7.0"},
+                          {"kind", "k8s.gpu.nvidia.com/claim"},
+                          {"devices", {{{"name", "d"}, {"containerEdits", edits}}}}};
+  };
+  auto message_of = [](const nlohmann::json& j) {
+    auto parsed = CdiSpecFromJson(j);
+    EXPECT_EQ(parsed.status().code(), common::StatusCode::kInvalidArgument) << j.dump();
+    return std::string(parsed.status().message());
+  };
+  EXPECT_THAT(message_of(spec_with({{"major", 234}, {"minor", 3.33333e+65}})),
+              HasSubstr("minor: expected an integer, got number"));
+  EXPECT_THAT(message_of(spec_with({{"uid", -1}})), HasSubstr("uid: -1 is out of range (0 to 4294967295)"));
+  EXPECT_THAT(message_of(spec_with({{"gid", 4294967296}})), HasSubstr("gid: 4294967296 is out of range"));
+  EXPECT_THAT(message_of(spec_with({}, {1, 2.5})), HasSubstr("additionalGids: expected an integer"));
+  auto fine = CdiSpecFromJson(spec_with({{"major", 195}, {"minor", 255}, {"uid", 0}}, {44}));
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_EQ(fine->devices[0].container_edits.device_nodes[0].minor, 255);
+  EXPECT_EQ(fine->devices[0].container_edits.additional_gids, std::vector<std::uint32_t>{44});
 }
 
 TEST(CdiValidate, RejectsWhatRuntimesReject) {

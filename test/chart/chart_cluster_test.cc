@@ -138,7 +138,7 @@ class ChartClusterTest : public ::testing::Test {
         {"get",
          "pods,replicasets,deployments,daemonsets,services,secrets,serviceaccounts,roles,rolebindings,clusterroles,"
          "clusterrolebindings,deviceclasses,validatingwebhookconfigurations,validatingadmissionpolicies,"
-         "validatingadmissionpolicybindings,networkpolicies",
+         "validatingadmissionpolicybindings,networkpolicies,poddisruptionbudgets",
          "-A", "-l", std::string("app.kubernetes.io/instance=") + kRelease, "-o", "name"});
     ASSERT_TRUE(left.ok()) << left.err;
     EXPECT_EQ(left.out, "") << "left behind by helm uninstall:\n" << left.out;
@@ -254,6 +254,72 @@ json Slice(const std::string& name, const std::string& node) {
             {"nodeName", node},
             {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
             {"devices", json::array({{{"name", "gpu-0"}, {"attributes", {{"type", {{"string", "gpu"}}}}}}})}}}};
+}
+
+// The webhook's matchConditions, evaluated by the API server: with no
+// webhook pod running (no nodes here) and failurePolicy Fail, a claim or
+// template for another vendor's devices is admitted without a call, and
+// every shape that names our drivers or DeviceClasses is sent to the
+// webhook (and so refused while it is down), in v1 and in v1beta1.
+TEST_F(ChartClusterTest, AWebhookThatIsDownBlocksOnlyClaimsForOurDrivers) {
+  CommandResult install = Deploy("install", {"gpuResourcesEnabledOverride=true"});
+  ASSERT_TRUE(install.ok()) << install.out << install.err;
+  ASSERT_TRUE(cluster_->Apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "claims"}}}}).ok());
+
+  auto claim_v1 = [](const std::string& name, const json& request, const json& config) {
+    json devices = {{"requests", json::array({request})}};
+    if (!config.is_null()) devices["config"] = json::array({config});
+    return json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata", {{"name", name}, {"namespace", "claims"}}},
+                {"spec", {{"devices", devices}}}};
+  };
+  auto exactly = [](const std::string& device_class) {
+    return json{{"name", "r"}, {"exactly", {{"deviceClassName", device_class}}}};
+  };
+  const json our_config = {{"opaque",
+                            {{"driver", "gpu.nvidia.com"},
+                             {"parameters", {{"apiVersion", "resource.nvidia.com/v1beta1"}, {"kind", "GpuConfig"}}}}}};
+  const json their_config = {{"opaque", {{"driver", "example.com"}, {"parameters", {{"anything", true}}}}}};
+
+  // Another vendor's: admitted, as a claim and as a template.
+  CommandResult theirs = cluster_->Apply(claim_v1("theirs", exactly("example.com"), their_config));
+  EXPECT_TRUE(theirs.ok()) << theirs.err;
+  json template_v1 = claim_v1("theirs-template", exactly("example.com"), nullptr);
+  template_v1["kind"] = "ResourceClaimTemplate";
+  template_v1["spec"] = {{"spec", template_v1["spec"]}};
+  CommandResult their_template = cluster_->Apply(template_v1);
+  EXPECT_TRUE(their_template.ok()) << their_template.err;
+
+  // Ours, each way a claim can name us: sent to the webhook, which is down.
+  auto expect_sent_to_webhook = [&](const json& object, const std::string& what) {
+    CommandResult r = cluster_->Apply(object);
+    EXPECT_FALSE(r.ok()) << what << " was admitted without the webhook";
+    EXPECT_NE(r.err.find("failed calling webhook \"gpu.nvidia.com\""), std::string::npos) << what << ": " << r.err;
+  };
+  expect_sent_to_webhook(claim_v1("our-class", exactly("gpu.nvidia.com"), nullptr), "a v1 request for gpu.nvidia.com");
+  expect_sent_to_webhook(claim_v1("our-config", exactly("example.com"), our_config),
+                         "another vendor's class with our opaque config");
+  expect_sent_to_webhook(
+      claim_v1("our-alternative",
+               {{"name", "r"},
+                {"firstAvailable", json::array({{{"name", "a"}, {"deviceClassName", "example.com"}},
+                                                {{"name", "b"}, {"deviceClassName", "mig.nvidia.com"}}})}},
+               nullptr),
+      "a firstAvailable alternative of mig.nvidia.com");
+  json our_template = claim_v1("our-template", exactly("compute-domain-default-channel.nvidia.com"), nullptr);
+  our_template["kind"] = "ResourceClaimTemplate";
+  our_template["spec"] = {{"spec", our_template["spec"]}};
+  expect_sent_to_webhook(our_template, "a template for the channel class");
+  expect_sent_to_webhook({{"apiVersion", "resource.k8s.io/v1beta1"},
+                          {"kind", "ResourceClaim"},
+                          {"metadata", {{"name", "our-v1beta1"}, {"namespace", "claims"}}},
+                          {"spec", {{"devices", {{"requests", json::array({{{"name", "r"},
+                                                                             {"deviceClassName", "vfio.gpu.nvidia.com"}}})}}}}}},
+                         "a v1beta1 request for vfio.gpu.nvidia.com");
+
+  cluster_->Kubectl({"delete", "namespace", "claims", "--wait=false"});
+  UninstallAndExpectNothingLeft();
 }
 
 TEST_F(ChartClusterTest, PolicyConfinesEachPluginToItsOwnNodesSlices) {

@@ -237,6 +237,27 @@ class Checker:
         self.expect(sorted(hook["rules"][0]["resources"]) == ["resourceclaims", "resourceclaimtemplates"], "rules")
         self.expect(deploy["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == f"{NAME}-webhook-cert",
                     "webhook mounts another secret")
+        # Highly available by default: two replicas spread over nodes, one
+        # down at a time, a PodDisruptionBudget, a bounded wait, and only
+        # claims naming our drivers or classes sent (chart.cluster checks
+        # the matchConditions against a real API server).
+        spec = deploy["spec"]
+        self.expect(spec["replicas"] == 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 1,
+                    f"webhook replicas/strategy {spec['replicas']} {spec['strategy']}")
+        spread = spec["template"]["spec"].get("topologySpreadConstraints", [])
+        self.expect(len(spread) == 1 and spread[0]["topologyKey"] == "kubernetes.io/hostname"
+                    and spread[0]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"],
+                    f"webhook spread {spread}")
+        pdb = self.one(objs, "PodDisruptionBudget", f"{NAME}-webhook")
+        self.expect(pdb and pdb["spec"]["maxUnavailable"] == 1
+                    and pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"], f"webhook PDB {pdb}")
+        self.expect(hook.get("timeoutSeconds") == 10, f"webhook timeoutSeconds {hook.get('timeoutSeconds')}")
+        conditions = hook.get("matchConditions", [])
+        self.expect(len(conditions) == 1 and all(f"'{c}'" in conditions[0]["expression"] for c in
+                                                 ("gpu.nvidia.com", "compute-domain.nvidia.com", "mig.nvidia.com",
+                                                  "vfio.gpu.nvidia.com", "compute-domain-daemon.nvidia.com",
+                                                  "compute-domain-default-channel.nvidia.com")),
+                    f"webhook matchConditions {conditions}")
         # The certificate is for the Service's DNS name and signed by the CA.
         with tempfile.TemporaryDirectory() as tmp:
             crt, ca = os.path.join(tmp, "tls.crt"), os.path.join(tmp, "ca.crt")
@@ -305,6 +326,24 @@ class Checker:
         for kind in ("ValidatingWebhookConfiguration", "Secret", "Service"):
             self.expect(not self.find(objs, kind), f"{kind} with the webhook off")
         self.expect(not self.find(objs, "Deployment", f"{NAME}-webhook"), "webhook Deployment with the webhook off")
+
+    def case_webhook_availability_options(self):
+        objs = self.render(*BASE, "--set", "webhook.replicas=3", "--set", "webhook.spreadOverNodes=false",
+                           "--set", "webhook.podDisruptionBudget.enabled=false", "--set", "webhook.timeoutSeconds=5")
+        self.check_common(objs)
+        deploy = self.one(objs, "Deployment", f"{NAME}-webhook")
+        if deploy:
+            self.expect(deploy["spec"]["replicas"] == 3, "webhook.replicas")
+            self.expect("topologySpreadConstraints" not in deploy["spec"]["template"]["spec"], "spread with spreadOverNodes=false")
+        self.expect(not self.find(objs, "PodDisruptionBudget"), "PDB with podDisruptionBudget.enabled=false")
+        vwc = self.one(objs, "ValidatingWebhookConfiguration", f"{NAME}-webhook-config")
+        if vwc:
+            self.expect(vwc["webhooks"][0]["timeoutSeconds"] == 5, "webhook.timeoutSeconds")
+        objs = self.render(*BASE, "--set", "webhook.podDisruptionBudget.maxUnavailable=50%")
+        pdb = self.one(objs, "PodDisruptionBudget", f"{NAME}-webhook")
+        self.expect(pdb and pdb["spec"]["maxUnavailable"] == "50%", f"PDB percentage {pdb}")
+        err = self.render(*BASE, "--set", "webhook.timeoutSeconds=60", expect_fail=True)
+        self.expect("/webhook/timeoutSeconds" in err, f"timeoutSeconds 60 accepted: {err.strip()[:200]}")
 
     def case_webhook_modes(self):
         objs = self.render(*BASE, "--set", "webhook.tls.mode=secret", "--set", "webhook.tls.secret.name=mine",

@@ -63,6 +63,9 @@ controller:
     enabled: false
 webhook:
   containerPort: ` + "18443" + `
+  # One replica: a second one's port 18443 would clash in the shared
+  # network namespace.
+  replicas: 1
   failurePolicy: Ignore
 kubeletPlugin:
   metrics:

@@ -195,3 +195,15 @@ with the key to change rather than crash-looping pods.
 {{- range .Values.imagePullSecrets }}{{ $names = append $names .name }}{{ end -}}
 {{- join "," $names -}}
 {{- end -}}
+
+{{/*
+The drivers and DeviceClasses the webhook's matchConditions send to it, as
+CEL lists: every class this chart can create, whether or not it does (a
+claim may name a class before the chart that creates it is installed).
+*/}}
+{{- define "dra-driver-nvidia-gpu.webhookDrivers" -}}
+['gpu.nvidia.com', 'compute-domain.nvidia.com']
+{{- end }}
+{{- define "dra-driver-nvidia-gpu.webhookClasses" -}}
+['gpu.nvidia.com', 'mig.nvidia.com', 'vfio.gpu.nvidia.com', 'compute-domain-default-channel.nvidia.com', 'compute-domain-daemon.nvidia.com']
+{{- end }}

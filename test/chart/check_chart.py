@@ -339,6 +339,18 @@ class Checker:
         vwc = self.one(objs, "ValidatingWebhookConfiguration", f"{NAME}-webhook-config")
         if vwc:
             self.expect(vwc["webhooks"][0]["timeoutSeconds"] == 5, "webhook.timeoutSeconds")
+        objs = self.render(*BASE, "--set", "webhook.metrics.enabled=true", "--set", "webhook.metrics.httpEndpoint=:9090")
+        deploy = self.one(objs, "Deployment", f"{NAME}-webhook")
+        if deploy:
+            c = deploy["spec"]["template"]["spec"]["containers"][0]
+            self.expect("--http-endpoint=:9090" in c["args"] and "--metrics-path=/metrics" in c["args"],
+                        f"webhook metrics args {c['args']}")
+            self.expect({"name": "metrics", "containerPort": 9090} in c["ports"], f"webhook metrics port {c['ports']}")
+        objs = self.render(*BASE)
+        deploy = self.one(objs, "Deployment", f"{NAME}-webhook")
+        if deploy:
+            c = deploy["spec"]["template"]["spec"]["containers"][0]
+            self.expect(not any(a.startswith("--http-endpoint") for a in c["args"]), "webhook metrics on by default")
         objs = self.render(*BASE, "--set", "webhook.podDisruptionBudget.maxUnavailable=50%")
         pdb = self.one(objs, "PodDisruptionBudget", f"{NAME}-webhook")
         self.expect(pdb and pdb["spec"]["maxUnavailable"] == "50%", f"PDB percentage {pdb}")

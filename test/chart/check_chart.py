@@ -12,6 +12,7 @@ Exit status 0 when every check passes; each failure is printed with its case.
 
 import argparse
 import base64
+import json
 import os
 import re
 import subprocess
@@ -345,7 +346,7 @@ class Checker:
             c = deploy["spec"]["template"]["spec"]["containers"][0]
             self.expect("--http-endpoint=:9090" in c["args"] and "--metrics-path=/metrics" in c["args"],
                         f"webhook metrics args {c['args']}")
-            self.expect({"name": "metrics", "containerPort": 9090} in c["ports"], f"webhook metrics port {c['ports']}")
+            self.expect({"name": "metrics-webhook", "containerPort": 9090} in c["ports"], f"webhook metrics port {c['ports']}")
         objs = self.render(*BASE)
         deploy = self.one(objs, "Deployment", f"{NAME}-webhook")
         if deploy:
@@ -356,6 +357,39 @@ class Checker:
         self.expect(pdb and pdb["spec"]["maxUnavailable"] == "50%", f"PDB percentage {pdb}")
         err = self.render(*BASE, "--set", "webhook.timeoutSeconds=60", expect_fail=True)
         self.expect("/webhook/timeoutSeconds" in err, f"timeoutSeconds 60 accepted: {err.strip()[:200]}")
+
+    def case_monitoring(self):
+        objs = self.render(*BASE)
+        for kind in ("PodMonitor", "PrometheusRule"):
+            self.expect(not self.find(objs, kind), f"{kind} rendered by default")
+        self.expect(not [o for o in self.find(objs, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")],
+                    "dashboard rendered by default")
+        objs = self.render(*BASE, "--set", "monitoring.podMonitor.enabled=true", "--set",
+                           "monitoring.prometheusRule.enabled=true", "--set", "monitoring.dashboard.enabled=true",
+                           "--set", "monitoring.podMonitor.labels.release=prom", "--set", "webhook.metrics.enabled=true")
+        self.check_common(objs)
+        pm = self.find(objs, "PodMonitor")
+        self.expect(len(pm) == 1 and pm[0]["metadata"]["labels"].get("release") == "prom", f"PodMonitor {pm}")
+        if pm:
+            ports = [e["port"] for e in pm[0]["spec"]["podMetricsEndpoints"]]
+            self.expect(ports == ["metrics-ctrl", "metrics-gpu", "metrics-cd", "metrics-webhook"], f"endpoints {ports}")
+            # Every scraped port name exists on a container.
+            named = {p["name"] for c in self.containers(objs).values() for p in c.get("ports", [])}
+            named |= {p["name"] for d in self.find(objs, "Deployment")
+                      for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+            self.expect(set(ports) <= named, f"ports {sorted(set(ports) - named)} on no container")
+        rules = self.find(objs, "PrometheusRule")
+        alerts = [r["alert"] for r in rules[0]["spec"]["groups"][0]["rules"]] if rules else []
+        self.expect(alerts == ["NvidiaDraPrepareErrors", "NvidiaDraComputeDomainsNotReady",
+                               "NvidiaDraWebhookCertificateExpiring"], f"alerts {alerts}")
+        dash = [o for o in self.find(objs, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
+        self.expect(len(dash) == 1 and dash[0]["metadata"]["labels"].get("grafana_dashboard") == "1"
+                    and json.loads(dash[0]["data"]["dra-driver-nvidia-gpu.json"])["uid"] == "nvdra-driver",
+                    "dashboard ConfigMap")
+        # Without the webhook's metrics, no alert that could never fire.
+        objs = self.render(*BASE, "--set", "monitoring.prometheusRule.enabled=true")
+        rules = self.find(objs, "PrometheusRule")
+        self.expect(rules and len(rules[0]["spec"]["groups"][0]["rules"]) == 2, "certificate alert without webhook metrics")
 
     def case_webhook_modes(self):
         objs = self.render(*BASE, "--set", "webhook.tls.mode=secret", "--set", "webhook.tls.secret.name=mine",
@@ -469,7 +503,8 @@ class Checker:
             doc = f.read()
         # Maps documented as one row (free-form Kubernetes fields).
         whole = {"resources", "securityContext", "affinity", "strategy", "updateStrategy", "featureGates",
-                 "selectorLabelsOverride", "podAnnotations", "podSecurityContext", "nodeSelector", "annotations"}
+                 "selectorLabelsOverride", "podAnnotations", "podSecurityContext", "nodeSelector", "annotations",
+                 "labels"}
 
         def leaves(node, path):
             if isinstance(node, dict) and node and not (path and path[-1] in whole and path[0] != "resources"

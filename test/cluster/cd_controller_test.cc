@@ -493,6 +493,7 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   httplib::Client http("127.0.0.1", metrics_port);
   auto scraped = http.Get("/metrics");
   ASSERT_TRUE(scraped) << "no metrics on port " << metrics_port;
+  SaveMetricsScrape("compute-domain-controller", scraped->body);
   EXPECT_NE(scraped->body.find("nvidia_dra_compute_domain_info{status=\"Ready\"} 1"), std::string::npos)
       << scraped->body;
   EXPECT_NE(scraped->body.find("nvdra_compute_domain_controller_reconciles_total{result=\"success\"}"),

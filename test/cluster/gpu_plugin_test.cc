@@ -949,6 +949,7 @@ TEST_F(GpuPluginTest, ServesUpstreamMetricsOnTheHttpEndpoint) {
     if (!response) return std::map<std::string, double>();
     EXPECT_EQ(response->status, 200);
     EXPECT_EQ(response->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+    SaveMetricsScrape("gpu-kubelet-plugin", response->body);
     return ParseSamples(response->body);
   };
   const std::string op_prepare = "{driver=\"gpu.nvidia.com\",operation=\"prepare\"}";

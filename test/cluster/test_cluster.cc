@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -317,6 +318,15 @@ std::optional<nlohmann::json> TestCluster::Get(const std::vector<std::string>& a
   auto parsed = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return std::nullopt;
   return parsed;
+}
+
+void SaveMetricsScrape(const std::string& component, const std::string& body) {
+  const char* dir = std::getenv("NVDRA_METRICS_SCRAPE_DIR");
+  if (dir == nullptr || *dir == '\0') return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream out(std::filesystem::path(dir) / (component + ".prom"), std::ios::trunc);
+  out << body;
 }
 
 int FreeLocalPort() {

@@ -40,6 +40,12 @@ CommandResult RunCommand(const std::vector<std::string>& argv, const std::string
 // process under test to bind next); -1 when none could be had.
 int FreeLocalPort();
 
+// Keeps a /metrics body a test scraped from a running binary as
+// $NVDRA_METRICS_SCRAPE_DIR/<component>.prom (nothing when unset): ctest
+// chart.monitoring_queries checks every metric the chart's alerts and
+// dashboard name against what the binaries really served.
+void SaveMetricsScrape(const std::string& component, const std::string& body);
+
 class TestCluster {
  public:
   // Starts a cluster and waits until it takes workloads (API server ready,

@@ -521,6 +521,7 @@ TEST_F(WebhookClusterTest, KeepsServingUnderManyIdleAndSlowConnections) {
 // Last in the file (gtest runs tests in order): stops the webhook.
 TEST_F(WebhookClusterTest, ZzzExitsCleanlyOnSigterm) {
   const std::string metrics = Metrics();
+  SaveMetricsScrape("webhook", metrics);
   EXPECT_NE(metrics.find("nvdra_webhook_admission_requests_total{resource=\"resourceclaims\",result=\"denied\"}"),
             std::string::npos)
       << metrics;

@@ -26,10 +26,6 @@ COMPONENTS = ("gpu-kubelet-plugin", "compute-domain-controller", "webhook")
 # Labels Prometheus adds to every scraped series (the Prometheus Operator's
 # PodMonitor relabeling) or that a histogram carries.
 TARGET_LABELS = {"namespace", "pod", "container", "job", "instance", "endpoint", "le"}
-# PromQL words that look like identifiers.
-PROMQL_WORDS = {"sum", "min", "max", "avg", "count", "by", "without", "rate", "increase", "irate",
-                "histogram_quantile", "time", "label_values", "on", "ignoring", "group_left", "group_right",
-                "and", "or", "unless", "offset", "bool", "abs", "clamp_min", "clamp_max", "topk", "bottomk"}
 METRIC_PREFIXES = ("nvidia_dra_", "nvdra_", "process_")
 
 

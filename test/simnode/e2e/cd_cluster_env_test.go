@@ -154,7 +154,7 @@ func startCDCluster(ctx context.Context, t *testing.T, opts cdClusterOptions) *c
 		}
 	}
 
-	c.ValuesFile = writeValues(t, chartValues)
+	c.ValuesFile = chartValuesFile(t, env)
 	extra := writeValues(t, cdClusterValues)
 	args := []string{"install", chartRelease, setup.chart, "--namespace", chartNamespace, "--create-namespace",
 		"-f", c.ValuesFile, "-f", extra,

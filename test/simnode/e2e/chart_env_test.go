@@ -41,17 +41,16 @@ const (
 	// Set by ctest; else looked for in the build folder as the others.
 	envCDController = "NVDRA_CD_CONTROLLER"
 	envWebhook      = "NVDRA_WEBHOOK"
-	// Away from 443 and 8080: every simulated container shares this
-	// machine's network namespace.
-	chartWebhookPort = 18443
 )
 
 // chartValues adapts the chart to simulated nodes, and only that: the mock
 // driver root at the GPU Operator's path, the harness's GPU label for the
-// plugins' affinity, make-driver-root's /proc/devices, no fixed ports a
-// second node's plugin would also bind (all share one network namespace),
-// and failurePolicy Ignore: the API server cannot reach the webhook through
-// its Service, as EndpointSlices refuse the pods' loopback addresses.
+// plugins' affinity, make-driver-root's /proc/devices, and no fixed ports a
+// second pod would also bind: all pods share the test's network namespace
+// (run-go-tests), so the webhook listens on its pod's address only and the
+// metrics endpoints are off. The webhook is otherwise the chart's default
+// (two replicas, failurePolicy Fail), on the API server's real admission
+// path: through its Service's EndpointSlice to a pod address.
 const chartValues = `
 gpuResourcesEnabledOverride: true
 nvidiaDriverRoot: /run/nvidia/driver
@@ -62,11 +61,13 @@ controller:
   metrics:
     enabled: false
 webhook:
-  containerPort: ` + "18443" + `
-  # One replica: a second one's port 18443 would clash in the shared
-  # network namespace.
-  replicas: 1
-  failurePolicy: Ignore
+  containers:
+    webhook:
+      env:
+      - name: BIND_ADDRESS
+        valueFrom:
+          fieldRef:
+            fieldPath: status.podIP
 kubeletPlugin:
   metrics:
     enabled: false
@@ -89,6 +90,19 @@ kubeletPlugin:
       - name: ALT_PROC_DEVICES_PATH
         value: /driver-root/proc/devices
 `
+
+// chartValuesFile writes chartValues for env's cluster, whose pods must have
+// addresses that Services reach: the chart's webhook is on the admission path
+// with failurePolicy Fail.
+func chartValuesFile(t *testing.T, env *environment) string {
+	t.Helper()
+	if !env.nodes.Private() {
+		t.Fatalf("the chart's webhook (failurePolicy Fail) must be reachable through its Service, which needs the pod "+
+			"network of run-go-tests' network namespace: run through test/simnode/run-go-tests without NVDRA_SIMNODE_NETNS=0 (%s is unset)",
+			harness.PodNetworkEnv)
+	}
+	return writeValues(t, chartValues)
+}
 
 // layOutImage makes the driver's image as a folder: bin/ with a copy of each
 // program (copies: the container sees only this folder, not the build
@@ -237,9 +251,15 @@ func waitForDeploymentAvailable(ctx context.Context, t *testing.T, client kubern
 // waitForNoReleasePods waits until no pod of the release exists.
 func waitForNoReleasePods(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	t.Helper()
+	waitForNoPods(ctx, t, client, chartNamespace, "app.kubernetes.io/instance="+chartRelease)
+}
+
+// waitForNoPods waits until no pod of namespace matches selector.
+func waitForNoPods(ctx context.Context, t *testing.T, client kubernetes.Interface, namespace, selector string) {
+	t.Helper()
 	present := map[string]bool{}
 	none := func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil }
-	_, err := watchtools.UntilWithSync(ctx, podListWatch(client, chartNamespace, "app.kubernetes.io/instance="+chartRelease),
+	_, err := watchtools.UntilWithSync(ctx, podListWatch(client, namespace, selector),
 		&corev1.Pod{}, none, func(e watch.Event) (bool, error) {
 			if p, ok := e.Object.(*corev1.Pod); ok {
 				present[p.Name] = e.Type != watch.Deleted
@@ -252,7 +272,7 @@ func waitForNoReleasePods(ctx context.Context, t *testing.T, client kubernetes.I
 			return true, nil
 		})
 	if err != nil {
-		t.Fatalf("pods of the release left after helm uninstall (%v): %v", present, err)
+		t.Fatalf("pods %s in %s still there (%v): %v", selector, namespace, present, err)
 	}
 }
 
@@ -262,9 +282,6 @@ func statusOfDeployment(d *appsv1.Deployment) any {
 	}
 	return d.Status
 }
-
-// checkWebhookRejects posts an AdmissionReview of a ResourceClaim with an
-// invalid GpuConfig to the webhook pod, trusting only the CA in the chart's
 
 func ignoreNotFound(err error) error {
 	if apierrors.IsNotFound(err) {

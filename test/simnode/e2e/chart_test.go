@@ -5,20 +5,14 @@ package e2e
 // the chart's pods run our real binaries from one image folder (bin/ with
 // every program, templates/), through the real kubelet path: the init
 // container, both kubelet plugins publishing, the controller and the
-// webhook Ready, the webhook serving the chart's generated certificate and
-// rejecting a bad config; then
+// webhook Ready, the webhook on the API server's admission path (a bad
+// config refused, other vendors' claims admitted while it is down); then
 // `helm upgrade` with a changed value rolls the plugins, and `helm
 // uninstall` leaves none of the chart's objects or pods.
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,9 +20,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -50,7 +46,7 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 	env := startEnvironmentWith(t, opts)
 	client := env.nodes.Client()
 	setup.nodeFiles(t, env)
-	valuesFile := writeValues(t, chartValues)
+	valuesFile := chartValuesFile(t, env)
 	runHelm := setup.runner(ctx, t, env.cp.Kubeconfig)
 
 	// Install: every component up through the kubelet.
@@ -83,12 +79,13 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 		}
 	}
 
-	// The webhook pod serves the chart's generated certificate and rejects a
-	// claim whose GpuConfig does not validate, naming the field. Asked on its
-	// pod address: the API server cannot reach it through the Service here,
-	// since EndpointSlices refuse the simulated pods' loopback addresses
-	// (test/cluster's webhook test covers the API server's call).
-	checkWebhookRejects(ctx, t, client)
+	// The webhook on the API server's real admission path: a claim whose
+	// GpuConfig does not validate is refused, naming the field; with every
+	// webhook pod down, another vendor's claim is still admitted (the
+	// chart's matchConditions keep it from the webhook) while ours are
+	// refused (failurePolicy Fail); once a replica is back, the bad config
+	// is refused by the webhook again.
+	checkWebhookAdmission(ctx, t, client)
 
 	// The controller, with the chart's RBAC, reconciles a ComputeDomain: the
 	// daemon DaemonSet in the driver's namespace, the workload claim template
@@ -144,71 +141,80 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 	}
 }
 
-// Secret and naming the Service's DNS name, and expects a denial that names
-// the field.
-func checkWebhookRejects(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+// checkWebhookAdmission creates claims through the API server, which calls
+// the chart's webhook through its Service (an EndpointSlice of pod
+// addresses), and scales the webhook to none and back.
+func checkWebhookAdmission(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	t.Helper()
-	secret, err := client.CoreV1().Secrets(chartNamespace).Get(ctx, chartName+"-webhook-cert", metav1.GetOptions{})
-	must(t, "webhook secret", err)
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
-		t.Fatalf("secret %s has no PEM ca.crt", secret.Name)
+	const ns = "chart-e2e"
+	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	deployment := chartName + "-webhook"
+	claims := client.ResourceV1().ResourceClaims(ns)
+	badConfig := func(name string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+				Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: gpuClass}}},
+				Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
+					Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: gpuDriverName, Parameters: k8sruntime.RawExtension{
+						Raw: []byte(`{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig","sharing":{"strategy":"NoSuchStrategy"}}`)}},
+				}}},
+			}},
+		}
 	}
-	pods, err := client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: chartComponentLabel + "=webhook"})
-	must(t, "webhook pods", err)
-	if len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
-		t.Fatalf("no webhook pod with an address: %+v", pods.Items)
+	refusedByWebhook := func(when string) {
+		t.Helper()
+		_, err := claims.Create(ctx, badConfig("bad-config"), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `admission webhook "gpu.nvidia.com" denied the request`) ||
+			!strings.Contains(err.Error(), "spec.devices.config[0].opaque.parameters") {
+			t.Fatalf("%s: a claim with a bad GpuConfig: %v; want the webhook's denial naming spec.devices.config[0].opaque.parameters", when, err)
+		}
+		t.Logf("%s: refused: %v", when, err)
 	}
-	review := map[string]any{
-		"apiVersion": "admission.k8s.io/v1",
-		"kind":       "AdmissionReview",
-		"request": map[string]any{
-			"uid":       "e2e-1",
-			"kind":      map[string]string{"group": "resource.k8s.io", "version": "v1", "kind": "ResourceClaim"},
-			"resource":  map[string]string{"group": "resource.k8s.io", "version": "v1", "resource": "resourceclaims"},
-			"operation": "CREATE",
-			"namespace": "chart-e2e",
-			"name":      "bad-config",
-			"object": map[string]any{
-				"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-				"metadata": map[string]any{"name": "bad-config", "namespace": "chart-e2e"},
-				"spec": map[string]any{"devices": map[string]any{
-					"requests": []any{map[string]any{"name": "gpu", "exactly": map[string]any{"deviceClassName": gpuClass}}},
-					"config": []any{map[string]any{"opaque": map[string]any{"driver": gpuDriverName, "parameters": map[string]any{
-						"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig",
-						"sharing": map[string]any{"strategy": "NoSuchStrategy"}}}}},
-				}},
-			},
-		},
+
+	// The Service's endpoints are the pods' addresses, from the pod network.
+	slices, err := client.DiscoveryV1().EndpointSlices(chartNamespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + deployment})
+	must(t, "webhook EndpointSlices", err)
+	var addresses []string
+	for _, s := range slices.Items {
+		for _, e := range s.Endpoints {
+			addresses = append(addresses, e.Addresses...)
+		}
 	}
-	body, err := json.Marshal(review)
-	must(t, "review", err)
-	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: roots, ServerName: chartName + "-webhook." + chartNamespace + ".svc"}}}
-	url := fmt.Sprintf("https://%s/validate-resource-claim-parameters",
-		net.JoinHostPort(pods.Items[0].Status.PodIP, fmt.Sprint(chartWebhookPort)))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	must(t, "request", err)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
-	must(t, "POST "+url+" with the chart's CA", err)
-	defer resp.Body.Close()
-	var answer struct {
-		Response struct {
-			UID     string `json:"uid"`
-			Allowed bool   `json:"allowed"`
-			Status  struct {
-				Message string `json:"message"`
-			} `json:"status"`
-		} `json:"response"`
+	t.Logf("webhook Service endpoints: %v", addresses)
+	refusedByWebhook("webhook up")
+
+	// Every webhook pod down.
+	scaleWebhook := func(replicas int32) {
+		t.Helper()
+		scale, err := client.AppsV1().Deployments(chartNamespace).GetScale(ctx, deployment, metav1.GetOptions{})
+		must(t, "webhook scale", err)
+		scale.Spec.Replicas = replicas
+		_, err = client.AppsV1().Deployments(chartNamespace).UpdateScale(ctx, deployment, scale, metav1.UpdateOptions{})
+		must(t, fmt.Sprintf("scale the webhook to %d", replicas), err)
 	}
-	must(t, "decode review answer", json.NewDecoder(resp.Body).Decode(&answer))
-	if answer.Response.UID != "e2e-1" || answer.Response.Allowed ||
-		!strings.Contains(answer.Response.Status.Message, "spec.devices.config[0].opaque.parameters") {
-		t.Errorf("webhook answer %+v: want a denial naming spec.devices.config[0].opaque.parameters", answer.Response)
-	} else {
-		t.Logf("webhook denies: %s", answer.Response.Status.Message)
+	scaleWebhook(0)
+	waitForNoPods(ctx, t, client, chartNamespace, chartComponentLabel+"=webhook")
+	other := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "other-vendor"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "nic", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "nic.example.com"}}}}},
 	}
+	if _, err := claims.Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("every webhook pod down: another vendor's claim refused: %v", err)
+	}
+	_, err = claims.Create(ctx, badConfig("while-down"), metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "gpu.nvidia.com"`) {
+		t.Fatalf("every webhook pod down: a claim with our config: %v; want failurePolicy Fail's refusal", err)
+	}
+	t.Logf("webhook down: another vendor's claim admitted; ours refused: %v", err)
+
+	// One replica back: the bad config is refused by the webhook again.
+	scaleWebhook(1)
+	waitForDeploymentAvailable(ctx, t, client, deployment)
+	refusedByWebhook("one replica back")
+	must(t, "delete the other vendor's claim", claims.Delete(ctx, other.Name, metav1.DeleteOptions{}))
+	scaleWebhook(2)
 }
 
 // logContainerMemory prints VmRSS and Pss of a running container's process

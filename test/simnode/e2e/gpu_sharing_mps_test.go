@@ -75,7 +75,7 @@ func TestGPUSharingMPS(t *testing.T) {
 	env := &gpuEnvironment{environment: base, client: base.nodes.Client(), profiles: map[string]string{"sim-node-0": h100Profile}}
 	runHelm := setup.runner(ctx, t, base.cp.Kubeconfig)
 	runHelm("install", chartRelease, setup.chart, "--namespace", chartNamespace, "--create-namespace",
-		"-f", writeValues(t, chartValues), "-f", writeValues(t, mpsChartValues))
+		"-f", chartValuesFile(t, base), "-f", writeValues(t, mpsChartValues))
 	waitForChartPlugins(ctx, t, env.client, 1, podReady)
 	waitForDriverSlices(ctx, t, env.client, gpuDriverName, 1)
 	// The kubelet takes pods for the driver once the plugin registered with

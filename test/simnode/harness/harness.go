@@ -77,6 +77,7 @@ type Cluster struct {
 	Nodes   []*Node
 	// blockLock holds this cluster's address block (see addressBlock).
 	blockLock *os.File
+	pods      podNetwork // where pod addresses come from (podnetwork.go)
 }
 
 // NodeIP is the loopback address of node i of address block 0: 127.10.0.1,
@@ -84,12 +85,6 @@ type Cluster struct {
 func NodeIP(i int) string { return nodeIP(0, i) }
 
 func nodeIP(block, i int) string { return fmt.Sprintf("127.%d.%d.%d", 10+block, i/250, i%250+1) }
-
-// podIPPrefix gives node i of a block its own /24 of pod addresses:
-// 127.(20+4*block+i/256).(i%256), up to 1,024 nodes per block.
-func podIPPrefix(block, i int) string {
-	return fmt.Sprintf("127.%d.%d", 20+4*block+i/256, i%256)
-}
 
 // addressBlocks is how many harnesses may run at once on one machine, each
 // with its own block of node and pod addresses (the kubelets of two would
@@ -146,7 +141,11 @@ func Start(opts Options) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner()}
+	pods, err := podNetworkFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, client: client, spawner: proc.NewSpawner(), pods: pods}
 	apiServer := net.JoinHostPort(server.Hostname(), server.Port())
 	block, blockLock, err := addressBlock()
 	if err != nil {
@@ -155,6 +154,11 @@ func Start(opts Options) (*Cluster, error) {
 	c.blockLock = blockLock
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("%s%d", opts.NamePrefix, i)
+		podIPPrefix, err := pods.prefix(block, i)
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
 		labels := opts.Labels
 		profile := opts.GPUProfiles[name]
 		if profile != "" {
@@ -181,7 +185,7 @@ func Start(opts Options) (*Cluster, error) {
 		cfg := nodeconfig.Config{
 			Name:         name,
 			IP:           nodeIP(block, i),
-			PodIPPrefix:  podIPPrefix(block, i),
+			PodIPPrefix:  podIPPrefix,
 			Dir:          dir,
 			Kubeconfig:   kubeconfig,
 			APIServer:    proxy.Addr(),

@@ -136,6 +136,10 @@ func TestGPUPluginScenarios(t *testing.T) {
 			t.Errorf("pod is %s on %q, want Pending and unbound", pod.Status.Phase, pod.Spec.NodeName)
 		}
 	})
+
+	// (g) docs/gpus.md's examples, applied from the Markdown, including the
+	// nvidia.com/gpu extended resource (gpu_guide_test.go).
+	t.Run("GuideExamples", func(t *testing.T) { env.checkGPUGuide(ctx, t) })
 }
 
 // scenario is one self-contained scenario: its namespace and objects.
@@ -233,11 +237,19 @@ var deviceName = regexp.MustCompile(`^gpu-(\d+)(-mig-.+-\d+-\d+)?$`)
 func (s *scenario) allocations(pod *corev1.Pod) []allocation {
 	s.t.Helper()
 	var out []allocation
+	var names []string
 	for _, status := range pod.Status.ResourceClaimStatuses {
 		if status.ResourceClaimName == nil {
 			s.t.Fatalf("pod %s: claim %s has no ResourceClaim", pod.Name, status.Name)
 		}
-		claim, err := s.client.ResourceV1().ResourceClaims(s.ns).Get(s.ctx, *status.ResourceClaimName, metav1.GetOptions{})
+		names = append(names, *status.ResourceClaimName)
+	}
+	// The claim the scheduler made for an extended resource (nvidia.com/gpu).
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil {
+		names = append(names, ext.ResourceClaimName)
+	}
+	for _, name := range names {
+		claim, err := s.client.ResourceV1().ResourceClaims(s.ns).Get(s.ctx, name, metav1.GetOptions{})
 		must(s.t, "get claim", err)
 		if claim.Status.Allocation == nil {
 			s.t.Fatalf("claim %s of running pod %s is not allocated", claim.Name, pod.Name)

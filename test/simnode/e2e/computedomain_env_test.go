@@ -50,6 +50,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"nvdra.local/test/simnode/harness"
+	"nvdra.local/test/simnode/internal/cri"
 	"nvdra.local/test/simnode/nodeconfig"
 )
 
@@ -230,13 +231,13 @@ func layOutCDNodeFiles(t *testing.T, n *harness.Node, template []byte) {
 	must(t, "fabric-imex-mgmt", os.WriteFile(filepath.Join(caps, "fabric-imex-mgmt"),
 		[]byte(fmt.Sprintf("DeviceFileMinor: %d\nDeviceFileMode: 256\nDeviceFileModify: 1\n", imexCapMinor)), 0o644))
 	// The IMEX channel0 device node the driver creates on the host
-	// (NVreg_CreateImexChannel0): a placeholder, as make-driver-root's
-	// /dev/nvidia<N>, which the simulated runtime binds into a container
-	// whose CDI spec names /dev/nvidia-caps-imex-channels/channel0, so the
-	// workload sees the device there.
+	// (NVreg_CreateImexChannel0): a character device c 236:0, as
+	// make-driver-root's /dev/nvidia<N> are, which the simulated runtime
+	// binds into a container whose CDI spec names
+	// /dev/nvidia-caps-imex-channels/channel0.
 	channels := filepath.Join(n.Config.Dir, "dev", "nvidia-caps-imex-channels")
 	must(t, "channels folder", os.MkdirAll(channels, 0o755))
-	must(t, "channel0", os.WriteFile(filepath.Join(channels, "channel0"), []byte("mock IMEX channel placeholder\n"), 0o666))
+	must(t, "channel0", cri.MakeCharDevice(filepath.Join(channels, "channel0"), imexChannelsMajor, 0, 0o666))
 	dir := filepath.Join(n.Config.Dir, cdTemplatesHostPath)
 	must(t, "templates folder", os.MkdirAll(dir, 0o755))
 	must(t, "template", os.WriteFile(filepath.Join(dir, cdTemplateFile), template, 0o644))

@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nvdra.local/test/simnode/harness"
+	"nvdra.local/test/simnode/internal/cri"
 )
 
 // TestSimulatedNvidiaSMI runs upstream's quickstart command (`nvidia-smi -L`)
@@ -79,6 +82,7 @@ func TestSimulatedNvidiaSMI(t *testing.T) {
 
 	// The plugin's container sees the whole driver root: all 8 GPUs.
 	node := env.node(t, pod.Spec.NodeName)
+	checkWorkloadDeviceNodes(ctx, t, s, node, "smi", "ctr", allocs)
 	pluginPod := env.waitForPluginPods(ctx, t)[node.Config.Name]
 	if pluginPod == "" {
 		t.Fatalf("no plugin pod on %s", node.Config.Name)
@@ -87,6 +91,89 @@ func TestSimulatedNvidiaSMI(t *testing.T) {
 	if !strings.Contains(out, "Attached GPUs                                          : 8") || !strings.Contains(out, "Product Architecture                               : Hopper") {
 		t.Errorf("nvidia-smi -q in the plugin container:\n%s", out)
 	}
+	// The plugin reads the driver root's nodes as character devices too.
+	out = execIn(ctx, t, env, pluginPod, "stat", "-c", "%F %t:%T", containerDriverRoot+"/dev/nvidiactl")
+	if strings.TrimSpace(out) != "character special file c3:ff" {
+		t.Errorf("%s/dev/nvidiactl in the plugin container: %q, want c 195:255", containerDriverRoot, out)
+	}
+}
+
+// checkWorkloadDeviceNodes: the container of a pod given GPUs by the plugin
+// has real character devices (issue #28 point 2): its view holds each
+// allocated GPU's /dev/nvidia<minor> as c 195:<minor>, /dev/nvidiactl as
+// c 195:255 and /dev/nvidia-uvm with the major the driver root's
+// proc/devices declares for nvidia-uvm (no -1 anywhere), and stat in the
+// container shows each as a character device with those numbers.
+func checkWorkloadDeviceNodes(ctx context.Context, t *testing.T, s *scenario, node *harness.Node, pod, container string, allocs []allocation) {
+	t.Helper()
+	majors := procDevicesMajors(t, filepath.Join(node.Config.DriverRoot(), "proc", "devices"))
+	frontend, uvm := majors["nvidia-frontend"], majors["nvidia-uvm"]
+	if frontend != 195 || uvm == 0 {
+		t.Fatalf("driver root's proc/devices: nvidia-frontend %d, nvidia-uvm %d", frontend, uvm)
+	}
+	want := map[string]string{
+		"/dev/nvidiactl":  fmt.Sprintf("c %d:255", frontend),
+		"/dev/nvidia-uvm": fmt.Sprintf("c %d:0", uvm),
+	}
+	for _, a := range allocs {
+		want[fmt.Sprintf("/dev/nvidia%d", a.minor)] = fmt.Sprintf("c %d:%d", frontend, a.minor)
+	}
+	view, err := cri.ReadView(cri.ViewPath(node.Config.ViewsDir(), s.ns, pod, container))
+	must(t, "view", err)
+	got := map[string]string{}
+	for _, d := range view.Devices {
+		got[d.Path] = fmt.Sprintf("%s %d:%d", d.Type, d.Major, d.Minor)
+		if d.Major < 0 || d.Minor < 0 {
+			t.Errorf("view of %s/%s: device node %s is %s, want real numbers", s.ns, pod, d.Path, got[d.Path])
+		}
+	}
+	var paths, wantStat []string
+	for path, w := range want {
+		if got[path] != w {
+			t.Errorf("view of %s/%s: %s is %q, want %q (all: %v)", s.ns, pod, path, got[path], w, got)
+		}
+		var major, minor int
+		if _, err := fmt.Sscanf(w, "c %d:%d", &major, &minor); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+		wantStat = append(wantStat, fmt.Sprintf("%s character special file %x:%x", path, major, minor))
+	}
+	sort.Strings(paths)
+	sort.Strings(wantStat)
+	out, err := harness.ExecSync(ctx, node, s.ns, pod, container, append([]string{"stat", "-c", "%n %F %t:%T"}, paths...)...)
+	if err != nil {
+		t.Fatalf("stat in %s/%s: %v\n%s", s.ns, pod, err, out)
+	}
+	if strings.TrimSpace(out) != strings.Join(wantStat, "\n") {
+		t.Errorf("device nodes in %s/%s:\n%s\nwant:\n%s", s.ns, pod, out, strings.Join(wantStat, "\n"))
+	}
+}
+
+// procDevicesMajors reads the character majors of a /proc/devices file by
+// name.
+func procDevicesMajors(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, "read "+path, err)
+	out := map[string]int64{}
+	chars := false
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "Character devices:":
+			chars = true
+		case line == "Block devices:":
+			chars = false
+		case chars && line != "":
+			var major int64
+			var name string
+			if _, err := fmt.Sscanf(line, "%d %s", &major, &name); err == nil {
+				out[name] = major
+			}
+		}
+	}
+	return out
 }
 
 // profileUUIDs maps each GPU minor of a profile to its UUID.

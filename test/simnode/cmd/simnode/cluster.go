@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"nvdra.local/test/simnode/harness"
+	"nvdra.local/test/simnode/internal/cri"
 	"nvdra.local/test/simnode/nodeconfig"
 )
 
@@ -127,7 +128,7 @@ func parseUpFlags(verb string, args []string) (*upFlags, error) {
 	fs.StringVar(&f.mockNVML, "mocknvml", os.Getenv(harness.EnvMockNVMLLibrary), "built mock libnvidia-ml.so.1 (GPU nodes; env "+harness.EnvMockNVMLLibrary+")")
 	fs.StringVar(&f.simIMEX, "simimex", os.Getenv(envSimIMEXDir), "folder with the built simulated nvidia-imex and nvidia-imex-ctl (<build>/test/simimex/bin), copied into every driver root (env "+envSimIMEXDir+")")
 	fs.StringVar(&f.simSysfs, "simsysfs", os.Getenv(nodeconfig.EnvSimSysfs), "the built simulated PCI driver core (<build>/test/simsysfs/simsysfs), run by every GPU node on its driver root's mock sysfs (env "+nodeconfig.EnvSimSysfs+")")
-	fs.BoolVar(&f.imexNodeFiles, "imex-node-files", false, "give every GPU node the fabric-imex-mgmt capability (minor 1) the compute-domain plugin needs, and IMEX channel placeholders in its /dev so that containers see their injected channel")
+	fs.BoolVar(&f.imexNodeFiles, "imex-node-files", false, "give every GPU node the fabric-imex-mgmt capability (minor 1) the compute-domain plugin needs, and the IMEX channel device nodes in its /dev")
 	fs.IntVar(&f.verbosity, "v", 0, "kubelet verbosity")
 	fs.Var(&f.images, "image", "NAME=PROGRAM or NAME=FOLDER: containers of image NAME run PROGRAM, or the program their command names from FOLDER/bin (repeatable)")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Minute, "how long start-up may take")
@@ -345,7 +346,7 @@ const envSimIMEXDir = "NVDRA_SIMIMEX_DIR"
 const (
 	// fabricIMEXMgmtMinor is the capability's minor on real GB200 hosts.
 	fabricIMEXMgmtMinor = 1
-	// imexChannelPlaceholders covers the chart's default channel count
+	// imexChannelPlaceholders (the number of channel device nodes) covers the chart's default channel count
 	// (resources.computeDomains.imex.channelCount).
 	imexChannelPlaceholders = 128
 )
@@ -355,13 +356,13 @@ const (
 //     kernel's format, which the compute-domain plugin and daemon parse
 //     (make-driver-root has none: not every GPU host has it; the e2e tests'
 //     layOutCDNodeFiles writes the same);
-//   - <node>/dev/nvidia-caps-imex-channels/channel<N> placeholders. A real
-//     runtime makes a channel's device node in the container from the CDI
-//     spec (fully specified: c <major>:<N>); the simulated runtime cannot
-//     mknod and binds a device node from the node's /dev instead, so only
-//     with these does a container see the channel its claim injected (a
-//     container without that claim gets none). Not in the driver root's
-//     dev/: the plugin would list those as host channels for every container.
+//   - <node>/dev/nvidia-caps-imex-channels/channel<N>, character devices
+//     c <major>:<N> with the major the driver root's proc/devices declares
+//     for nvidia-caps-imex-channels, as the host's nodes. A container gets
+//     a channel from its claim's CDI spec (fully specified), which the
+//     runtime makes with mknod when the node has none. Not in the driver
+//     root's dev/: the plugin would list those as host channels for every
+//     container.
 func writeIMEXNodeFiles(nodeDir, driverRoot string) error {
 	caps := filepath.Join(driverRoot, "proc", "driver", "nvidia", "capabilities")
 	if err := os.MkdirAll(caps, 0o755); err != nil {
@@ -375,9 +376,21 @@ func writeIMEXNodeFiles(nodeDir, driverRoot string) error {
 	if err := os.MkdirAll(channels, 0o755); err != nil {
 		return err
 	}
+	majors, err := cri.CharMajors(filepath.Join(driverRoot, "proc", "devices"))
+	if err != nil {
+		return err
+	}
+	var major int64 = -1
+	for m, name := range majors {
+		if name == "nvidia-caps-imex-channels" {
+			major = m
+		}
+	}
+	if major < 0 {
+		return fmt.Errorf("%s/proc/devices has no nvidia-caps-imex-channels", driverRoot)
+	}
 	for i := 0; i < imexChannelPlaceholders; i++ {
-		if err := os.WriteFile(filepath.Join(channels, fmt.Sprintf("channel%d", i)),
-			[]byte("simnode placeholder for an IMEX channel device node\n"), 0o666); err != nil {
+		if err := cri.MakeCharDevice(filepath.Join(channels, fmt.Sprintf("channel%d", i)), major, int64(i), 0o666); err != nil {
 			return err
 		}
 	}

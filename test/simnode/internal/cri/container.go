@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	oci "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"nvdra.local/test/simnode/internal/proc"
@@ -171,28 +172,44 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	if state := filepath.Join(r.opts.NodeDir, nodeconfig.DriverRootHostPath, "mock-nvml"); isDir(state) {
 		spec.Binds = append(spec.Binds, bind{Source: state, Target: MockNVMLStateDir, ReadOnly: true})
 	}
-	// CDI device nodes come from the node's folder when it has them: the host
-	// path their spec named, else the node's own /dev tree.
+	// CDI device nodes: a device node of the node's folder (the host path
+	// their spec named, else the node's own /dev tree; make-driver-root's
+	// are real character devices) is bound in; a fully specified node
+	// without one (a MIG capability, /dev/nvidia-caps/nvidia-cap<N>, an IMEX
+	// channel) is made with mknod as a real runtime makes it, in the
+	// container's folder, and bound in. A plain file of the node's folder
+	// standing for a node (a test's placeholder) is bound as it is.
 	for _, d := range c.view.Devices {
 		src := c.view.DeviceHostPaths[d.Path]
 		if src == "" {
 			src = filepath.Join(r.opts.NodeDir, d.Path)
 		}
-		switch {
-		case fileExists(src):
+		if isDeviceNode(src) {
 			spec.Binds = append(spec.Binds, bind{Source: src, Target: d.Path})
-		case d.Major > 0:
-			// A fully specified node this machine does not have (a MIG
-			// capability, /dev/nvidia-caps/nvidia-cap<N>): a real runtime
-			// makes it with mknod; here a placeholder file of the
-			// container's own stands for it, so that the container sees
-			// exactly the nodes its CDI devices gave it.
-			placeholder := filepath.Join(c.dir, "device-nodes", d.Path)
-			if err := os.MkdirAll(filepath.Dir(placeholder), 0o755); err == nil {
-				if err := os.WriteFile(placeholder, nil, 0o666); err == nil {
-					spec.Binds = append(spec.Binds, bind{Source: placeholder, Target: d.Path})
+			continue
+		}
+		if d.Major > 0 && (d.Type == "c" || d.Type == "") {
+			node, err := c.makeDeviceNode(d)
+			if err == nil {
+				spec.Binds = append(spec.Binds, bind{Source: node, Target: d.Path})
+				continue
+			}
+			// Not made (a major this machine's kernel registers, or no
+			// CAP_MKNOD): as before, a file stands for it, so that the
+			// container still sees exactly the nodes its devices gave it.
+			fmt.Fprintf(os.Stderr, "simnode runtime: container %s: device node %s: %v; a plain file stands for it\n", c.id, d.Path, err)
+			if !fileExists(src) {
+				src = filepath.Join(c.dir, "device-nodes", d.Path)
+				if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
+					continue
+				}
+				if err := os.WriteFile(src, nil, 0o666); err != nil {
+					continue
 				}
 			}
+		}
+		if fileExists(src) {
+			spec.Binds = append(spec.Binds, bind{Source: src, Target: d.Path})
 		}
 	}
 
@@ -229,6 +246,36 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 		return spec, false
 	}
 	return spec, mapped || hostHas(spec.Args[0])
+}
+
+// makeDeviceNode makes the character device of a fully specified CDI
+// device node in the container's folder (device-nodes/<path>) and returns its
+// path. Its mode is the spec's, else 0666.
+func (c *container) makeDeviceNode(d oci.LinuxDevice) (string, error) {
+	node := filepath.Join(c.dir, "device-nodes", d.Path)
+	if err := os.MkdirAll(filepath.Dir(node), 0o755); err != nil {
+		return "", err
+	}
+	mode := os.FileMode(0o666)
+	if d.FileMode != nil {
+		mode = d.FileMode.Perm()
+	}
+	if err := MakeCharDevice(node, d.Major, d.Minor, mode); err != nil {
+		return "", err
+	}
+	uid, gid := -1, -1
+	if d.UID != nil {
+		uid = int(*d.UID)
+	}
+	if d.GID != nil {
+		gid = int(*d.GID)
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := os.Lchown(node, uid, gid); err != nil {
+			return "", err
+		}
+	}
+	return node, nil
 }
 
 // imageFolderBinds lays out an image folder in a container: bin/ at

@@ -125,10 +125,13 @@ func buildView(id string, sandbox *runtimeapi.PodSandboxConfig, config *runtimea
 // which plays the node's "/", as hostPath volumes are: a plugin writes
 // /dev/nvidia0 or <driver root>/dev/nvidia0 as the node sees it. Only paths
 // that exist there are mapped; others stay paths of this machine. A mapped
-// file that is no device node (a placeholder of a fake driver root) gets
-// type "c" and, where the spec gives none, major and minor -1, so that the
-// CDI library takes the node as fully specified instead of failing on its
-// stat. Returns container path -> node-folder path of what was mapped.
+// character device (make-driver-root's nodes are real ones) keeps what the
+// spec gives and the CDI library fills in its type, major, minor and mode
+// from the file. A mapped file that is no device node (a test's
+// placeholder) gets type "c" and, where the spec gives none, major and
+// minor -1, so that the CDI library takes the node as fully specified
+// instead of failing on its stat. Returns container path -> node-folder
+// path of what was mapped.
 func mapDeviceNodes(cache *cdi.Cache, devices []string, nodeDir string) map[string]string {
 	mapped := map[string]string{}
 	seen := map[*cdispec.DeviceNode]bool{}

@@ -37,7 +37,15 @@ if(NVDRA_MINIMAL_CURL)
   set(_nvdra_curl_pool http://deb.debian.org/debian/pool/main/c/curl)
   set(_nvdra_curl_root ${CMAKE_SOURCE_DIR}/.cache/curl)
   set(_nvdra_curl_dir ${_nvdra_curl_root}/${_nvdra_curl_debian})
-  set(_nvdra_curl_prefix ${_nvdra_curl_dir}/install)
+  # A cross build (cmake/aarch64-linux-gnu.cmake) builds and installs its own
+  # libcurl, with the same toolchain, beside the host's: install-<processor>.
+  set(_nvdra_curl_suffix "")
+  set(_nvdra_curl_cross_args "")
+  if(CMAKE_CROSSCOMPILING)
+    set(_nvdra_curl_suffix "-${CMAKE_SYSTEM_PROCESSOR}")
+    set(_nvdra_curl_cross_args -DCMAKE_TOOLCHAIN_FILE=${CMAKE_TOOLCHAIN_FILE} -DNVDRA_SYSROOT=${NVDRA_SYSROOT})
+  endif()
+  set(_nvdra_curl_prefix ${_nvdra_curl_dir}/install${_nvdra_curl_suffix})
   set(_nvdra_curl_stamp ${_nvdra_curl_prefix}/nvdra-built.stamp)
 
   set(_nvdra_curl_ok TRUE)
@@ -47,8 +55,8 @@ if(NVDRA_MINIMAL_CURL)
       ORIG curl_${_nvdra_curl_version}.orig.tar.gz ${_nvdra_curl_orig_sha256}
       DEBIAN curl_${_nvdra_curl_debian}.debian.tar.xz ${_nvdra_curl_debian_sha256})
     _nvdra_debian_step(_nvdra_curl_OK "NVDRA_MINIMAL_CURL: configuring curl"
-      COMMAND ${CMAKE_COMMAND} -S ${_nvdra_curl_SOURCE_DIR} -B ${_nvdra_curl_dir}/build
-        -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${_nvdra_curl_prefix}
+      COMMAND ${CMAKE_COMMAND} -S ${_nvdra_curl_SOURCE_DIR} -B ${_nvdra_curl_dir}/build${_nvdra_curl_suffix}
+        -G Ninja ${_nvdra_curl_cross_args} -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=${_nvdra_curl_prefix}
         -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER}
         -DBUILD_SHARED_LIBS=OFF -DBUILD_CURL_EXE=OFF -DBUILD_TESTING=OFF -DPICKY_COMPILER=OFF
         -DHTTP_ONLY=ON -DCURL_DISABLE_LDAP=ON -DCURL_DISABLE_LDAPS=ON
@@ -56,8 +64,8 @@ if(NVDRA_MINIMAL_CURL)
         -DCURL_BROTLI=OFF -DCURL_ZSTD=OFF -DCURL_USE_LIBPSL=OFF -DCURL_USE_LIBSSH2=OFF -DCURL_USE_LIBSSH=OFF
         -DUSE_LIBIDN2=OFF -DCURL_USE_GSSAPI=OFF
         -DCURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt -DCURL_CA_PATH=/etc/ssl/certs)
-    _nvdra_debian_step(_nvdra_curl_OK "NVDRA_MINIMAL_CURL: building curl" COMMAND ${CMAKE_COMMAND} --build ${_nvdra_curl_dir}/build)
-    _nvdra_debian_step(_nvdra_curl_OK "NVDRA_MINIMAL_CURL: installing curl" COMMAND ${CMAKE_COMMAND} --install ${_nvdra_curl_dir}/build)
+    _nvdra_debian_step(_nvdra_curl_OK "NVDRA_MINIMAL_CURL: building curl" COMMAND ${CMAKE_COMMAND} --build ${_nvdra_curl_dir}/build${_nvdra_curl_suffix})
+    _nvdra_debian_step(_nvdra_curl_OK "NVDRA_MINIMAL_CURL: installing curl" COMMAND ${CMAKE_COMMAND} --install ${_nvdra_curl_dir}/build${_nvdra_curl_suffix})
     set(_nvdra_curl_ok ${_nvdra_curl_OK})
     if(_nvdra_curl_ok)
       file(TOUCH ${_nvdra_curl_stamp})

@@ -97,6 +97,11 @@ std::string MetricsServer::address() const { return state_->serving->address(); 
 
 const std::string& MetricsServer::path() const { return state_->path; }
 
+StatusOr<int> MetricsEndpointPort(std::string_view endpoint) {
+  ASSIGN_OR_RETURN(HostPort where, SplitEndpoint(endpoint));
+  return where.port;
+}
+
 StatusOr<std::unique_ptr<MetricsServer>> StartMetricsServerFromFlags(MetricsRegistry& registry,
                                                                      const MetricsFlags& flags) {
   if (flags.http_endpoint.empty()) return std::unique_ptr<MetricsServer>();

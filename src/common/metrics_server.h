@@ -55,6 +55,12 @@ class MetricsServer {
   std::unique_ptr<State> state_;
 };
 
+// The port of a metrics endpoint in Start's syntax (":8080" -> 8080, ""
+// port -> 0), parsed as Start parses it: for callers that hand an endpoint
+// to another process and must name its port (the compute-domain controller's
+// daemon pods). kInvalidArgument as Start for a malformed endpoint.
+StatusOr<int> MetricsEndpointPort(std::string_view endpoint);
+
 // The server the --http-endpoint and --metrics-path flags ask for, logged
 // once listening, with the process_* series (process_metrics.h) added to
 // `registry` and refreshed per scrape; null when --http-endpoint is empty

@@ -6,6 +6,7 @@
 
 #include "common/json_fields.h"
 #include "common/log.h"
+#include "computedomain/daemon_metrics.h"
 
 namespace nvdra::computedomain {
 namespace {
@@ -67,13 +68,21 @@ std::vector<CliqueMember> CliqueMembers(const json& object, MembershipStore stor
 }
 
 CliqueMembership::CliqueMembership(k8s::Client& client, DaemonIdentity identity, MembershipStore store,
-                                   std::string cd_name, std::string cd_namespace)
+                                   std::string cd_name, std::string cd_namespace, DaemonMetrics* metrics)
     : client_(client),
       identity_(std::move(identity)),
       store_(store),
       object_name_(store == MembershipStore::kClique ? identity_.compute_domain_uid + "." + identity_.clique_id
                                                       : std::move(cd_name)),
-      object_namespace_(store == MembershipStore::kClique ? identity_.pod_namespace : std::move(cd_namespace)) {}
+      object_namespace_(store == MembershipStore::kClique ? identity_.pod_namespace : std::move(cd_namespace)),
+      metrics_(metrics) {}
+
+const Status& CliqueMembership::Counted(std::string_view verb, const Status& status) const {
+  if (metrics_ != nullptr && !status.ok() && status.code() != common::StatusCode::kCancelled) {
+    metrics_->CountApiError(verb);
+  }
+  return status;
+}
 
 const k8s::ResourceRef& CliqueMembership::resource() const {
   return store_ == MembershipStore::kClique ? k8s::resources::kComputeDomainCliques
@@ -91,7 +100,7 @@ Status CliqueMembership::LabelPod(std::stop_token stop) {
   const json patch = {{"metadata", {{"labels", {{std::string(kComputeDomainCliqueLabel), identity_.clique_id}}}}}};
   auto result = client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name,
                               k8s::PatchType::kMerge, patch, {}, stop);
-  return result.status();
+  return Counted("patch", result.status());
 }
 
 k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(const DaemonStatus& status, std::stop_token stop) {
@@ -115,7 +124,9 @@ k8s::ApiResult<json> CliqueMembership::ApplyStatusEntry(const DaemonStatus& stat
   // forcing cannot take it from the index writer.
   options.force = true;
   options.subresource = "status";
-  return client_.Apply(resource(), object_namespace_, intent, options, stop);
+  auto result = client_.Apply(resource(), object_namespace_, intent, options, stop);
+  Counted("apply", result.status());
+  return result;
 }
 
 k8s::ApiResult<json> CliqueMembership::Publish(const DaemonStatus& status, std::stop_token stop) {
@@ -131,8 +142,10 @@ k8s::ApiResult<json> CliqueMembership::Publish(const DaemonStatus& status, std::
                         {"annotations", std::move(annotations)}}}};
   k8s::PatchOptions options;
   options.field_manager = field_manager();
-  return client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name, k8s::PatchType::kMerge,
-                       patch, options, stop);
+  auto result = client_.Patch(k8s::resources::kPods, identity_.pod_namespace, identity_.pod_name,
+                              k8s::PatchType::kMerge, patch, options, stop);
+  Counted("patch", result.status());
+  return result;
 }
 
 Status CliqueMembership::Leave(std::stop_token stop) {
@@ -142,6 +155,7 @@ Status CliqueMembership::Leave(std::stop_token stop) {
   for (int attempt = 1;; ++attempt) {
     auto object = client_.Get(resource(), object_namespace_, object_name_, {}, stop);
     if (k8s::IsNotFound(object.status())) return common::OkStatus();
+    Counted("get", object.status());
     if (!object.ok()) return object.status();
     const json* daemons = EntryList(*object, store_);
     std::optional<size_t> position;
@@ -165,6 +179,7 @@ Status CliqueMembership::Leave(std::stop_token stop) {
     auto result = client_.Patch(resource(), object_namespace_, object_name_,
                                 k8s::PatchType::kJson, patch, options, stop);
     if (result.ok() || k8s::IsNotFound(result.status())) return common::OkStatus();
+    Counted("patch", result.status());
     // A failed test op is 422 (kInvalidArgument); the list moved under us.
     if (!k8s::IsInvalid(result.status()) && !k8s::IsConflict(result.status())) return result.status();
     if (attempt >= kRemoveAttempts) return result.status();

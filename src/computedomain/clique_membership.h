@@ -32,8 +32,10 @@
 // node's with this pod's IP (a successor pod on the same node is never
 // removed by its predecessor).
 //
-// Ownership: borrows the Client, which must outlive it. Thread-safety:
-// thread-safe (immutable; the Client is thread-safe).
+// Ownership: borrows the Client and the optional DaemonMetrics (its failed
+// API calls are counted there by verb), which must outlive it.
+// Thread-safety: thread-safe (immutable; the Client and the metrics are
+// thread-safe).
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +52,8 @@
 #include "k8s/client.h"
 
 namespace nvdra::computedomain {
+
+class DaemonMetrics;
 
 // Who this daemon is.
 struct DaemonIdentity {
@@ -106,7 +110,7 @@ class CliqueMembership {
   // With kComputeDomainStatus, `cd_name`/`cd_namespace` name the
   // ComputeDomain (COMPUTE_DOMAIN_NAME/NAMESPACE).
   CliqueMembership(k8s::Client& client, DaemonIdentity identity, MembershipStore store = MembershipStore::kClique,
-                   std::string cd_name = "", std::string cd_namespace = "");
+                   std::string cd_name = "", std::string cd_namespace = "", DaemonMetrics* metrics = nullptr);
 
   const DaemonIdentity& identity() const { return identity_; }
   MembershipStore store() const { return store_; }
@@ -148,7 +152,10 @@ class CliqueMembership {
   const MembershipStore store_;
   const std::string object_name_;
   const std::string object_namespace_;
+  DaemonMetrics* const metrics_;  // may be null
 
+  // Counts a failed call (not a cancellation) under `verb`; returns `status`.
+  const common::Status& Counted(std::string_view verb, const common::Status& status) const;
   k8s::ApiResult<nlohmann::json> ApplyStatusEntry(const DaemonStatus& status, std::stop_token stop);
 };
 

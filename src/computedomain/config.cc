@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/metrics_server.h"
+
 namespace nvdra::computedomain {
 
 using common::FailedPreconditionError;
@@ -120,6 +122,23 @@ Status ControllerConfig::Validate(const common::FeatureGates& gates) const {
                                             kMaxImexChannelCount));
   }
   if (workers < 1) return InvalidArgumentError(fmt::format("--workers: must be positive, got {}", workers));
+  if (!cd_daemon_http_endpoint.empty()) {
+    common::StatusOr<int> port = common::MetricsEndpointPort(cd_daemon_http_endpoint);
+    if (!port.ok()) {
+      return InvalidArgumentError(fmt::format("--cd-daemon-http-endpoint (CD_DAEMON_HTTP_ENDPOINT): {}",
+                                              port.status().message()));
+    }
+    if (*port == 0) {
+      return InvalidArgumentError(fmt::format(
+          "--cd-daemon-http-endpoint (CD_DAEMON_HTTP_ENDPOINT): \"{}\" has no fixed port; the daemon pods' "
+          "metrics container port needs one, e.g. \":8082\"",
+          cd_daemon_http_endpoint));
+    }
+  }
+  if (cd_daemon_metrics_path.empty() || cd_daemon_metrics_path.front() != '/') {
+    return InvalidArgumentError(fmt::format(
+        "--cd-daemon-metrics-path (CD_DAEMON_METRICS_PATH): \"{}\" must start with '/'", cd_daemon_metrics_path));
+  }
   if (Status status = kube_client.Validate(); !status.ok()) return status;
   if (Status status = metrics.Validate(); !status.ok()) return status;
   if (Status status = leader_election.Validate(); !status.ok()) return status;
@@ -166,6 +185,14 @@ void AddFlags(CLI::App& app, ControllerConfig& config) {
           {"IMEX_CHANNEL_COUNT"});
   WithEnv(app.add_option("--workers", config.workers, "ComputeDomains reconciled in parallel")->capture_default_str(),
           {"WORKERS"});
+  WithEnv(app.add_option("--cd-daemon-http-endpoint", config.cd_daemon_http_endpoint,
+                         "Metrics endpoint (host:port) of the compute-domain daemons, with a container port "
+                         "named metrics-daemon; empty: daemons serve no metrics"),
+          {"CD_DAEMON_HTTP_ENDPOINT"});
+  WithEnv(app.add_option("--cd-daemon-metrics-path", config.cd_daemon_metrics_path,
+                         "HTTP path of the compute-domain daemons' metrics")
+              ->capture_default_str(),
+          {"CD_DAEMON_METRICS_PATH"});
   common::AddKubeClientFlags(app, config.kube_client);
   common::AddLeaderElectionFlags(app, config.leader_election);
 }
@@ -189,6 +216,7 @@ Status DaemonConfig::ValidateForRun(bool dns_names) const {
         fmt::format("--imex-stop-grace-seconds: must not be negative, got {}", imex_stop_grace_seconds));
   }
   RETURN_IF_ERROR(kube_client.Validate());
+  RETURN_IF_ERROR(metrics.Validate());
   if (pod_name.empty() || pod_namespace.empty()) {
     return InvalidArgumentError("--pod-name (POD_NAME) and --pod-namespace (POD_NAMESPACE) are required");
   }
@@ -229,6 +257,7 @@ void AddFlags(CLI::App& app, DaemonConfig& config) {
                          "Most nodes in one IMEX domain"),
           {"MAX_NODES_PER_IMEX_DOMAIN"});
   common::AddKubeClientFlags(app, config.kube_client);
+  common::AddMetricsFlags(app, config.metrics);
   const auto add_path = [&app](const std::string& flag, std::string& target, const std::string& help,
                                std::string_view env) {
     WithEnv(app.add_option(flag, target, help)->capture_default_str(), {env});

@@ -25,6 +25,9 @@ inline constexpr std::string_view kControllerBinaryName = "compute-domain-contro
 inline constexpr std::string_view kDaemonBinaryName = "compute-domain-daemon";
 // The kernel's IMEX channel count (upstream hard-codes it too).
 inline constexpr int kMaxImexChannelCount = 2048;
+// The daemon pods' metrics container port (the chart's PodMonitor scrapes it
+// by this name; at most 15 characters, as every port name).
+inline constexpr std::string_view kDaemonMetricsPortName = "metrics-daemon";
 
 // Who owns the host's nvidia-imex daemon, and how workloads are isolated.
 struct ImexFlags {
@@ -82,6 +85,12 @@ struct ControllerConfig {
   // domains get channels 1..N-1; 2..kMaxImexChannelCount.
   int imex_channel_count = 128;
   int workers = 4;  // --workers (WORKERS): ComputeDomains reconciled in parallel
+  // --cd-daemon-http-endpoint (CD_DAEMON_HTTP_ENDPOINT) and
+  // --cd-daemon-metrics-path (CD_DAEMON_METRICS_PATH): the daemons' metrics
+  // endpoint (their --http-endpoint/--metrics-path), with a container port
+  // named kDaemonMetricsPortName; empty endpoint: daemons serve no metrics.
+  std::string cd_daemon_http_endpoint;
+  std::string cd_daemon_metrics_path = "/metrics";
 
   [[nodiscard]] common::Status Validate(const common::FeatureGates& gates) const;
 };
@@ -103,6 +112,10 @@ struct DaemonConfig {
   // (KUBECONFIG), --kube-api-qps, --kube-api-burst, for a daemon outside a
   // pod (tests, debugging). Empty kubeconfig: in-cluster.
   common::KubeClientFlags kube_client;
+  // --http-endpoint (HTTP_ENDPOINT), --metrics-path (METRICS_PATH): `run`
+  // serves its metrics there (daemon_metrics.h); empty endpoint: off, as
+  // the other binaries. Beyond upstream, whose daemon serves none.
+  common::MetricsFlags metrics;
   // Where the pod's files are. Upstream hard-codes these; the defaults are its
   // paths, and tests point them into a folder per simulated node.
   std::string imexd_dir = "/imexd";  // --imexd-dir (IMEXD_DIR): imexd.cfg, nodes.cfg
@@ -127,7 +140,7 @@ struct DaemonConfig {
   // For the `run` subcommand. kFailedPrecondition when COMPUTE_DOMAIN_UUID is
   // missing: the container runtime did not apply the CDI edits that set it.
   // kInvalidArgument naming the flag for a negative or zero count or
-  // interval, and, with a clique ID, for missing pod or node identity or
+  // interval, a --metrics-path not starting with '/', and, with a clique ID, for missing pod or node identity or
   // (with `dns_names`) --max-nodes-per-imex-domain of 0.
   [[nodiscard]] common::Status ValidateForRun(bool dns_names = false) const;
 };

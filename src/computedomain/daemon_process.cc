@@ -8,7 +8,10 @@
 
 #include "common/child_process.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "common/metrics_server.h"
 #include "computedomain/clique_membership.h"
+#include "computedomain/daemon_metrics.h"
 #include "computedomain/fabric_health.h"
 #include "computedomain/imex_daemon.h"
 #include "k8s/client_from_flags.h"
@@ -20,6 +23,13 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
                                 common::ShutdownSignals& signals) {
   const bool dns_names = gates.Enabled(common::kIMEXDaemonsWithDNSNames);
   RETURN_IF_ERROR(config.ValidateForRun(dns_names));
+  // Before the client: a malformed --http-endpoint is refused first. The
+  // registry and metrics are declared before what updates them, the server
+  // after them (it stops before they go).
+  common::MetricsRegistry registry;
+  DaemonMetrics metrics(registry);
+  ASSIGN_OR_RETURN(std::unique_ptr<common::MetricsServer> metrics_server,
+                   common::StartMetricsServerFromFlags(registry, config.metrics).WithContext("--http-endpoint"));
   // Bounds each call, the shutdown's entry removal included.
   k8s::ClientOptions client_options;
   client_options.request_timeout = std::chrono::seconds(10);
@@ -45,8 +55,9 @@ common::Status RunDaemonProcess(const DaemonConfig& config, const common::Featur
       .imex_binary = config.imex_binary,
       .imex_ctl_binary = config.imex_ctl_binary,
       .ready_poll_interval = std::chrono::milliseconds(config.imex_ready_poll_interval_ms),
-      .stop_grace = std::chrono::seconds(config.imex_stop_grace_seconds)};
-  CliqueMembership membership(*client, options.identity);
+      .stop_grace = std::chrono::seconds(config.imex_stop_grace_seconds),
+      .metrics = &metrics};
+  CliqueMembership membership(*client, options.identity, MembershipStore::kClique, "", "", &metrics);
   // With a clique ID and the clique store, the daemon's first status write
   // carries the label too (one write instead of two per daemon).
   if (config.clique_id.empty() || options.store != MembershipStore::kClique) {

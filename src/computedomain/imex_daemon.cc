@@ -59,8 +59,11 @@ std::string JoinMapping(const std::map<std::int64_t, std::string>& ip_by_index) 
 ImexDaemon::ImexDaemon(k8s::Client& client, ImexDaemonOptions options)
     : client_(client),
       options_(std::move(options)),
+      own_registry_(options_.metrics == nullptr ? std::make_unique<common::MetricsRegistry>() : nullptr),
+      own_metrics_(own_registry_ ? std::make_unique<DaemonMetrics>(*own_registry_) : nullptr),
+      metrics_(options_.metrics != nullptr ? options_.metrics : own_metrics_.get()),
       membership_(client, options_.identity, options_.store, options_.compute_domain_name,
-                  options_.compute_domain_namespace),
+                  options_.compute_domain_namespace, metrics_),
       config_path_(options_.imexd_dir / "imexd.cfg"),
       nodes_path_(options_.imexd_dir / "nodes.cfg") {}
 
@@ -82,14 +85,24 @@ Status ImexDaemon::WriteStaticFiles() {
   auto rendered = RenderImexConfig(template_text, {.cmd_bind_interface_ip = options_.identity.pod_ip,
                                                    .nodes_config_path = nodes_path_.string()});
   if (!rendered.ok()) return common::InvalidArgumentError(template_path.string() + ": " + rendered.status().message());
-  RETURN_IF_ERROR(WriteFileAtomically(config_path_, *rendered));
+  if (Status status = WriteFileAtomically(config_path_, *rendered); !CountWrite(DaemonFile::kConfig, status)) {
+    return status;
+  }
   LOG_INFO(1, "IMEX config rendered",
            {{"template", template_path}, {"config", config_path_}, {"cmdBindIP", options_.identity.pod_ip}});
   if (options_.dns_names) {
-    RETURN_IF_ERROR(WriteFileAtomically(nodes_path_, StaticNodesConfig(options_.max_nodes)));
+    if (Status status = WriteFileAtomically(nodes_path_, StaticNodesConfig(options_.max_nodes));
+        !CountWrite(DaemonFile::kNodes, status)) {
+      return status;
+    }
     LOG_INFO(1, "static nodes file written", {{"path", nodes_path_}, {"names", options_.max_nodes}});
   }
   return common::OkStatus();
+}
+
+bool ImexDaemon::CountWrite(DaemonFile file, const Status& status) {
+  metrics_->CountFileWrite(file, status.ok());
+  return status.ok();
 }
 
 void ImexDaemon::Wake() {
@@ -99,6 +112,7 @@ void ImexDaemon::Wake() {
 }
 
 Status ImexDaemon::Run(std::stop_token stop) {
+  run_started_at_ = Clock::now();
   RETURN_IF_ERROR(WriteStaticFiles());
   wake_fd_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_) return common::ErrnoToStatus(errno, "eventfd");
@@ -113,7 +127,9 @@ Status ImexDaemon::Run(std::stop_token stop) {
   informer_options.description = membership_.resource().resource + " " + membership_.clique_name();
   informer_options.field_selector = "metadata.name=" + membership_.clique_name();
   informer_ = std::make_unique<k8s::cache::Informer>(
-      std::make_unique<k8s::RestListWatch>(client_, membership_.resource(), membership_.object_namespace()),
+      CountListWatchErrors(
+          std::make_unique<k8s::RestListWatch>(client_, membership_.resource(), membership_.object_namespace()),
+          *metrics_),
       std::move(informer_options));
   auto keep = [this](const k8s::cache::ObjectPtr& object) {
     // A ComputeDomain of the same name but another UID is not ours.
@@ -170,7 +186,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
     const auto now = Clock::now();
     if (restart_at_ && now >= *restart_at_) {
       restart_at_.reset();
-      if (!imex_ && (options_.dns_names ? own_index_known_ : peers_known_)) StartImex();
+      if (!imex_ && (options_.dns_names ? own_index_known_ : peers_known_)) StartImex(next_start_reason_);
     }
     if (reload_at_ && now >= *reload_at_) {
       reload_at_.reset();
@@ -178,6 +194,8 @@ Status ImexDaemon::Run(std::stop_token stop) {
         LOG_INFO(2, "peer mapping changed; asking nvidia-imex to reload (SIGUSR1)", {{"pid", imex_->pid()}});
         if (Status status = imex_->Signal(SIGUSR1); !status.ok()) {
           LOG_WARNING("cannot signal nvidia-imex", {{"err", status}});
+        } else {
+          metrics_->CountImexReload();
         }
         last_reload_ = now;
       }
@@ -219,6 +237,7 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
     // controller deletes it when the ComputeDomain goes.
     LOG_INFO(2, "clique deleted", {{"clique", membership_.clique_name()}});
     clique_deleted_ = true;
+    metrics_->SetCliqueDaemons({}, options_.identity.clique_id);
     return;
   }
   clique_deleted_ = false;
@@ -227,6 +246,7 @@ void ImexDaemon::OnCliqueChanged(const json* clique) {
   processed_version_ = std::max(processed_version_, version);
   const std::vector<CliqueMember> members = CliqueMembers(*clique, options_.store);
   const DaemonIdentity& id = options_.identity;
+  metrics_->SetCliqueDaemons(members, id.clique_id);
   auto own = std::find_if(members.begin(), members.end(),
                           [&](const CliqueMember& m) { return m.node_name == id.node_name; });
   // Gate off our entry is ours to write again when it is not what we wrote;
@@ -278,18 +298,19 @@ void ImexDaemon::UpdatePeersDnsNames(const std::vector<CliqueMember>& members) {
       return;
     }
     const std::string text = RewriteHostsFile(hosts.ok() ? *hosts : std::string(), ip_by_index);
-    if (Status status = WriteFileInPlace(options_.hosts_file, text); !status.ok()) {
+    if (Status status = WriteFileInPlace(options_.hosts_file, text); !CountWrite(DaemonFile::kHosts, status)) {
       LOG_ERROR("cannot write the hosts file", {{"err", status}});
       return;
     }
     ip_by_index_ = std::move(ip_by_index);
+    metrics_->SetImexPeers(ip_by_index_.size());
     LOG_INFO(2, "peer names mapped", {{"hosts", options_.hosts_file}, {"mapping", JoinMapping(ip_by_index_)}});
     if (imex_ && !reload_at_) {
       const auto now = Clock::now();
       reload_at_ = last_reload_ && now - *last_reload_ < kReloadWindow ? *last_reload_ + kReloadWindow : now;
     }
   }
-  if (own_index_known_ && !imex_ && !restart_at_) StartImex();
+  if (own_index_known_ && !imex_ && !restart_at_) StartImex(next_start_reason_);
 }
 
 void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members, std::int64_t num_nodes) {
@@ -316,19 +337,21 @@ void ImexDaemon::UpdatePeersIps(const std::vector<CliqueMember>& members, std::i
   for (auto& [node, ip] : by_node) ips.push_back(std::move(ip));
   peers_known_ = own;
   if (ips == peer_ips_ || !own) return;
-  if (Status status = WriteFileAtomically(nodes_path_, IpNodesConfig(ips)); !status.ok()) {
+  if (Status status = WriteFileAtomically(nodes_path_, IpNodesConfig(ips)); !CountWrite(DaemonFile::kNodes, status)) {
     LOG_ERROR("cannot write the nodes file", {{"err", status}});
     return;
   }
   peer_ips_ = std::move(ips);
+  metrics_->SetImexPeers(peer_ips_.size());
   LOG_INFO(2, "peer IPs written; (re)starting nvidia-imex", {{"path", nodes_path_}, {"peers", peer_ips_.size()}});
   // nvidia-imex reads the IP list only at start.
+  const ImexStartReason reason = imex_ ? ImexStartReason::kPeersChanged : next_start_reason_;
   StopImex();
   restart_at_.reset();
-  StartImex();
+  StartImex(reason);
 }
 
-void ImexDaemon::StartImex() {
+void ImexDaemon::StartImex(ImexStartReason reason) {
   auto child = common::ChildProcess::Spawn({.argv = {options_.imex_binary, "-c", config_path_.string()}});
   const auto now = Clock::now();
   if (!child.ok()) {
@@ -340,6 +363,7 @@ void ImexDaemon::StartImex() {
   }
   imex_ = std::move(*child);
   imex_started_at_ = now;
+  metrics_->CountImexStart(reason);
   {
     common::MutexLock lock(mutex_);
     ++imex_generation_;
@@ -356,6 +380,7 @@ void ImexDaemon::ForgetImex() {
     ++imex_generation_;  // the poller drops answers of the old process
     imex_running_ = false;
     ready_ = false;
+    metrics_->SetImexState("NOT_RUNNING");  // under mutex_: no older answer overwrites it
   }
   poll_cv_.notify_all();
 }
@@ -376,6 +401,7 @@ void ImexDaemon::OnImexExited() {
   LOG_WARNING("nvidia-imex exited unexpectedly; restarting it",
               {{"exit", exit->ToString()}, {"retryInMs", restart_backoff_.count()}});
   ForgetImex();
+  next_start_reason_ = ImexStartReason::kExited;
   restart_at_ = now + restart_backoff_;
   restart_backoff_ = std::min(restart_backoff_ * 2, kRestartBackoffMax);
   // The crashed daemon already sent no goodbye; a reload window does not
@@ -415,6 +441,7 @@ void ImexDaemon::PublishIfNeeded() {
   }
   publish_retry_at_.reset();
   publish_backoff_ = kPublishBackoffMin;
+  metrics_->SetPublishedReady(desired.status == kDaemonReady);
   if (desired != published_) {
     // With the written object's resourceVersion (gate off: the domain's,
     // whose watch event the plugin logs; with cliques: this pod's).
@@ -452,6 +479,12 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
       bool changed = false;
       {
         common::MutexLock lock(mutex_);
+        // Under mutex_, so an answer about a process already gone never
+        // overwrites ForgetImex's NOT_RUNNING.
+        if (imex_generation_ == generation) {
+          metrics_->SetImexState(out.ok() ? ImexStateFromCtlAnswer(out->output) : "UNKNOWN");
+          if (now_ready) metrics_->SetFirstReady(Clock::now() - run_started_at_);
+        }
         if (imex_generation_ == generation && (ready_generation_ != generation || ready_ != now_ready)) {
           ready_generation_ = generation;
           ready_ = now_ready;
@@ -497,6 +530,7 @@ void ImexDaemon::CheckFabric() {
                 {{"node", node}, {"err", joined(health.unreadable)}});
   }
   const bool problem_changed = health.unhealthy != fabric_seen_.unhealthy;
+  metrics_->SetFabricUnhealthyGpus(health.unhealthy.size());
   fabric_seen_ = std::move(health);
   if (!problem_changed) return;
   {

@@ -43,8 +43,13 @@
 // naming the GPUs, health summary and mask; Ready again once healthy. Each
 // change is logged once; LIMITED_CAPACITY only logs a warning.
 //
+// Metrics (daemon_metrics.h, with `metrics`): nvidia-imex's state at each
+// poll, its starts and reloads, the time to its first READY, the published
+// readiness, the clique's entries by status, the peers given to
+// nvidia-imex, file writes, failed API calls and unhealthy GPUs.
+//
 // Ownership: owns the informer, the nvidia-imex child and the poller
-// thread; borrows the Client, which must outlive it.
+// thread; borrows the Client and options.metrics, which must outlive it.
 // Thread-safety: Run is called once, from one thread (the loop runs there);
 // the informer and poller threads only hand it events.
 
@@ -68,6 +73,7 @@
 #include "common/thread_annotations.h"
 #include "common/unique_fd.h"
 #include "computedomain/clique_membership.h"
+#include "computedomain/daemon_metrics.h"
 #include "computedomain/fabric_health.h"
 #include "k8s/client.h"
 
@@ -98,6 +104,8 @@ struct ImexDaemonOptions {
   std::chrono::milliseconds stop_grace{10000};
   // How long the entry's removal may take at shutdown (upstream: 10 s).
   std::chrono::milliseconds leave_timeout{10000};
+  // Where the daemon's series go; null: a registry of its own, never served.
+  DaemonMetrics* metrics = nullptr;
 };
 
 class ImexDaemon {
@@ -123,7 +131,7 @@ class ImexDaemon {
   // `num_nodes` > 0: act only when exactly that many entries exist (all
   // cliques counted), as upstream's IP mode.
   void UpdatePeersIps(const std::vector<CliqueMember>& members, std::int64_t num_nodes);
-  void StartImex();
+  void StartImex(ImexStartReason reason);
   void StopImex();
   void OnImexExited();
   // Drops the child (gone or stopped) and tells the poller: not running, not
@@ -135,15 +143,26 @@ class ImexDaemon {
   void PollReadiness(std::stop_token stop);
   void CheckFabric();
 
+  // Whether `status` is OK; counts a write of `file` by its result.
+  bool CountWrite(DaemonFile file, const common::Status& status);
+
   k8s::Client& client_;
   const ImexDaemonOptions options_;
+  // Used when options_.metrics is null; metrics_ points at one or the other.
+  std::unique_ptr<common::MetricsRegistry> own_registry_;
+  std::unique_ptr<DaemonMetrics> own_metrics_;
+  DaemonMetrics* metrics_ = nullptr;
   CliqueMembership membership_;
   const std::filesystem::path config_path_;
   const std::filesystem::path nodes_path_;
   common::UniqueFd wake_fd_;
 
+  // Set before the poller starts, then read-only.
+  Clock::time_point run_started_at_{};
+
   // Confined to the Run thread.
   std::optional<common::ChildProcess> imex_;
+  ImexStartReason next_start_reason_ = ImexStartReason::kInitial;
   Clock::time_point imex_started_at_{};
   std::optional<Clock::time_point> restart_at_;
   std::chrono::milliseconds restart_backoff_{100};

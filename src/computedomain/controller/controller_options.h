@@ -46,6 +46,11 @@ struct ControllerOptions {
   Templates templates;
   std::string instance;  // this replica (pod name), for Events
   int workers = 4;
+  // The daemons' metrics (--cd-daemon-http-endpoint, validated); empty
+  // endpoint: none. The port is the endpoint's, for the container port.
+  std::string daemon_http_endpoint;
+  std::string daemon_metrics_path = "/metrics";
+  int daemon_metrics_port = 0;
   std::chrono::seconds sync_timeout{120};
   // Borrowed, may be null: nvidia_dra_compute_domain_info{status} (as
   // upstream) and nvdra_compute_domain_controller_{reconciles,api_writes}_total.

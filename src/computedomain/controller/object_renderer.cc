@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "computedomain/clique_membership.h"
+#include "computedomain/config.h"
 
 namespace nvdra::computedomain::controller {
 
@@ -15,6 +16,17 @@ namespace {
 
 using k8s::FeatureGatesEnvLine;
 using k8s::ImagePullSecretsLine;
+
+// The daemon container's metrics lines (placeholders METRICS_ENDPOINT_ENV,
+// METRICS_PATH_ENV and METRICS_PORTS), each "" without an endpoint.
+std::string MetricsEnvLine(std::string_view name, std::string_view endpoint, std::string_view value) {
+  if (endpoint.empty()) return "";
+  return fmt::format("- {{name: {}, value: {}}}", name, k8s::YamlQuoted(value));
+}
+std::string MetricsPortsLine(std::string_view endpoint, int port) {
+  if (endpoint.empty()) return "";
+  return fmt::format("ports: [{{name: {}, containerPort: {}, protocol: TCP}}]", kDaemonMetricsPortName, port);
+}
 
 // A request's selectors matching only `channel`'s device, or "".
 std::string ChannelSelectorsLine(std::optional<int> channel) {
@@ -44,7 +56,12 @@ StatusOr<json> DomainObjectRenderer::DaemonSet(std::string_view cd_uid) const {
                  {"MAX_NODES_PER_IMEX_DOMAIN", std::to_string(options_.max_nodes_per_imex_domain)},
                  {"RESOURCE_CLAIM_TEMPLATE_NAME", DaemonObjectName(cd_uid)},
                  {"IMAGE_PULL_SECRETS", ImagePullSecretsLine(options_.image_pull_secret_names)},
-                 {"FEATURE_GATES_ENV", FeatureGatesEnvLine(options_.daemon_feature_gates)}});
+                 {"FEATURE_GATES_ENV", FeatureGatesEnvLine(options_.daemon_feature_gates)},
+                 {"METRICS_ENDPOINT_ENV",
+                  MetricsEnvLine("HTTP_ENDPOINT", options_.daemon_http_endpoint, options_.daemon_http_endpoint)},
+                 {"METRICS_PATH_ENV",
+                  MetricsEnvLine("METRICS_PATH", options_.daemon_http_endpoint, options_.daemon_metrics_path)},
+                 {"METRICS_PORTS", MetricsPortsLine(options_.daemon_http_endpoint, options_.daemon_metrics_port)}});
   return RenderTemplate(kDaemonSetTemplate, options_.templates.daemon_set, values);
 }
 

@@ -76,6 +76,11 @@ common::Status RunControllerProcess(const ControllerConfig& config, common::Feat
       .templates = templates.ok() ? *templates : Templates{},
       .instance = config.pod_name,
       .workers = config.workers,
+      .daemon_http_endpoint = config.cd_daemon_http_endpoint,
+      .daemon_metrics_path = config.cd_daemon_metrics_path,
+      .daemon_metrics_port = config.cd_daemon_http_endpoint.empty()
+                                 ? 0
+                                 : common::MetricsEndpointPort(config.cd_daemon_http_endpoint).value_or(0),
       .metrics = &metrics,
   };
   // Runs one controller until `stop`; a failure ends the process.

@@ -112,6 +112,30 @@ TEST(ControllerConfigTest, AdditionalNamespacesMustBeNamespaceNames) {
   EXPECT_FALSE(config.Validate(gates).ok());
 }
 
+TEST(ControllerConfigTest, DaemonMetricsEndpointNeedsAFixedPortAndAPath) {
+  ScopedEnv a("CD_DAEMON_HTTP_ENDPOINT", ":8082"), b("CD_DAEMON_METRICS_PATH", nullptr);
+  CLI::App app;
+  ControllerConfig config;
+  AddFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {"--pod-name=p", "--image-name=i", "--log-verbosity-cd-daemon=2"}), std::nullopt);
+  EXPECT_EQ(config.cd_daemon_http_endpoint, ":8082");
+  EXPECT_EQ(config.cd_daemon_metrics_path, "/metrics");
+  const common::FeatureGates gates = common::FeatureGates::Defaults();
+  EXPECT_TRUE(config.Validate(gates).ok()) << config.Validate(gates);
+  for (const char* bad : {"8082", ":http", "[::1:8082", ":70000"}) {
+    config.cd_daemon_http_endpoint = bad;
+    const common::Status status = config.Validate(gates);
+    EXPECT_EQ(status.code(), common::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(), HasSubstr("--cd-daemon-http-endpoint (CD_DAEMON_HTTP_ENDPOINT)")) << bad;
+  }
+  config.cd_daemon_http_endpoint = ":0";
+  EXPECT_THAT(config.Validate(gates).message(), HasSubstr("no fixed port"));
+  config.cd_daemon_http_endpoint = "";
+  EXPECT_TRUE(config.Validate(gates).ok()) << "empty: daemons serve no metrics";
+  config.cd_daemon_metrics_path = "metrics";
+  EXPECT_THAT(config.Validate(gates).message(), HasSubstr("--cd-daemon-metrics-path"));
+}
+
 TEST(DaemonConfigTest, RunNeedsComputeDomainUuidFromCdiEdits) {
   DaemonConfig config;
   const common::Status status = config.ValidateForRun();
@@ -155,6 +179,20 @@ TEST(DaemonConfigTest, EnvironmentFillsFlags) {
   EXPECT_EQ(config.compute_domain_uuid, "u");
   EXPECT_EQ(config.pod_ip, "10.0.0.1");
   EXPECT_EQ(config.compute_domain_namespace, "default");
+  EXPECT_EQ(config.metrics.http_endpoint, "") << "metrics off unless asked for";
+}
+
+TEST(DaemonConfigTest, MetricsFlagsComeFromTheEnvironmentAsTheOtherBinaries) {
+  ScopedEnv a("HTTP_ENDPOINT", ":8082"), b("METRICS_PATH", "/m");
+  CLI::App app;
+  DaemonConfig config;
+  AddFlags(app, config);
+  ASSERT_EQ(ParseArgs(app, {"--compute-domain-uuid=u", "--pod-name=p", "--pod-namespace=n"}), std::nullopt);
+  EXPECT_EQ(config.metrics.http_endpoint, ":8082");
+  EXPECT_EQ(config.metrics.metrics_path, "/m");
+  EXPECT_TRUE(config.ValidateForRun().ok());
+  config.metrics.metrics_path = "m";
+  EXPECT_THAT(config.ValidateForRun().message(), HasSubstr("--metrics-path"));
 }
 
 }  // namespace

@@ -122,6 +122,9 @@ TemplateValues Values() {
           {"ALLOCATION_MODE", "Single"},
           {"IMAGE_PULL_SECRETS", ""},
           {"FEATURE_GATES_ENV", ""},
+          {"METRICS_ENDPOINT_ENV", ""},
+          {"METRICS_PATH_ENV", ""},
+          {"METRICS_PORTS", ""},
           {"CHANNEL_SELECTORS", ""}};
 }
 

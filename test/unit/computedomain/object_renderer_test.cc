@@ -46,6 +46,25 @@ TEST(DomainObjectRendererTest, DaemonSetWithoutPullSecretsOrGatesHasNeither) {
   EXPECT_EQ(env[1], json::parse(R"({"name": "MAX_NODES_PER_IMEX_DOMAIN", "value": "9"})"));
   EXPECT_EQ(pod["resourceClaims"][0]["resourceClaimTemplateName"], "computedomain-daemon-u1");
   EXPECT_EQ(pod["containers"][0]["image"], "img:1");
+  EXPECT_FALSE(pod["containers"][0].contains("ports")) << "no metrics endpoint unless asked for";
+}
+
+TEST(DomainObjectRendererTest, DaemonSetServesMetricsOnANamedPortWhenAsked) {
+  ControllerOptions options = Options();
+  options.daemon_http_endpoint = ":8082";
+  options.daemon_metrics_path = "/m";
+  options.daemon_metrics_port = 8082;
+  auto ds = DomainObjectRenderer(options).DaemonSet("u1");
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const json& container = (*ds)["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(container["ports"],
+            json::parse(R"([{"name": "metrics-daemon", "containerPort": 8082, "protocol": "TCP"}])"));
+  const json& env = container["env"];
+  ASSERT_GE(env.size(), 2u);
+  EXPECT_EQ(env[env.size() - 2], json::parse(R"({"name": "HTTP_ENDPOINT", "value": ":8082"})"));
+  EXPECT_EQ(env.back(), json::parse(R"({"name": "METRICS_PATH", "value": "/m"})"));
+  EXPECT_FALSE((*ds)["spec"]["template"]["spec"].contains("hostNetwork"))
+      << "a fixed port is safe only in the pod network";
 }
 
 TEST(DomainObjectRendererTest, DaemonSetCarriesPullSecretsAndGatesFromTheTemplate) {

@@ -11,6 +11,8 @@ namespace nvdra::computedomain {
 namespace {
 
 constexpr std::string_view kPrefix = "nvdra_compute_domain_daemon_";
+// The verbs of the daemon's API calls (CliqueMembership, the informer).
+constexpr std::string_view kApiVerbs[] = {"get", "list", "watch", "patch", "apply"};
 
 std::string Name(std::string_view suffix) { return std::string(kPrefix) + std::string(suffix); }
 
@@ -121,14 +123,18 @@ DaemonMetrics::DaemonMetrics(common::MetricsRegistry& registry)
                                  .AddGauge(Name("fabric_unhealthy_gpus"),
                                            "GPUs of this node whose NVLink fabric health is Unhealthy.", {})
                                  .WithLabels({})) {
-  // Every state and reason from the first scrape, so queries see zeros
-  // rather than absent series.
+  // Every state, reason, file and verb from the first scrape, so queries
+  // (rates, alerts) see zeros rather than absent series.
   for (std::string_view state : kImexStates) imex_state_.WithLabels({std::string(state)});
   SetImexState("NOT_RUNNING");
   for (ImexStartReason reason : {ImexStartReason::kInitial, ImexStartReason::kExited, ImexStartReason::kPeersChanged}) {
     imex_starts_.WithLabels({std::string(ReasonLabel(reason))});
   }
   SetCliqueDaemons({}, "");
+  for (DaemonFile file : {DaemonFile::kConfig, DaemonFile::kNodes, DaemonFile::kHosts}) {
+    for (const char* result : {"success", "error"}) file_writes_.WithLabels({std::string(FileLabel(file)), result});
+  }
+  for (std::string_view verb : kApiVerbs) api_errors_.WithLabels({std::string(verb)});
 }
 
 void DaemonMetrics::SetImexState(std::string_view state) {

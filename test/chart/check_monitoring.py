@@ -6,7 +6,8 @@ expression of the PrometheusRule and of the dashboard (panels and template
 variables), and checks that every metric it names, and every label it groups
 by or selects on, is in the /metrics bodies the cluster tests scraped from
 the running binaries (SaveMetricsScrape in test/cluster/test_cluster.h):
-gpu-kubelet-plugin, compute-domain-controller and webhook. A renamed metric
+gpu-kubelet-plugin, compute-domain-controller, compute-domain-daemon and
+webhook. A renamed metric
 or label in the code, or a typo in a query, fails here instead of leaving an
 alert that can never fire.
 
@@ -22,7 +23,7 @@ import sys
 
 import yaml
 
-COMPONENTS = ("gpu-kubelet-plugin", "compute-domain-controller", "webhook")
+COMPONENTS = ("gpu-kubelet-plugin", "compute-domain-controller", "compute-domain-daemon", "webhook")
 # Labels Prometheus adds to every scraped series (the Prometheus Operator's
 # PodMonitor relabeling) or that a histogram carries.
 TARGET_LABELS = {"namespace", "pod", "container", "job", "instance", "endpoint", "le"}

@@ -13,8 +13,11 @@
 // exit codes, empty clique ID, missing COMPUTE_DOMAIN_UUID, and (with a mock
 // NVML driver root) a GPU whose NVLink fabric turns unhealthy makes the
 // entry NotReady with its reason until it is healthy again. The other
-// daemons run without NVML (none on this machine): no fabric check. Prints
-// the time from daemon start to Ready entry.
+// daemons run without NVML (none on this machine): no fabric check. Two
+// daemons serve metrics (--http-endpoint): nvidia-imex's state, starts by
+// reason (a crash counted), clique entries, peers, file writes, the first
+// READY, published readiness and unhealthy GPUs; one scrape is saved for
+// chart.monitoring_queries. Prints the time from daemon start to Ready entry.
 
 #include <signal.h>
 #include <unistd.h>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "cluster_client.h"
@@ -107,6 +111,16 @@ bool Eventually(const std::function<bool()>& condition, std::chrono::millisecond
     std::this_thread::sleep_for(20ms);
   }
   return condition();
+}
+
+// The value of `series` (written exactly as served, labels sorted) in a
+// /metrics body; nullopt when absent.
+std::optional<double> Sample(const std::string& body, const std::string& series) {
+  const std::string text = "\n" + body;
+  const std::size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return std::nullopt;
+  const std::size_t begin = at + 1 + series.size() + 1;
+  return std::stod(text.substr(begin, text.find('\n', begin) - begin));
 }
 
 std::string Slurp(const fs::path& path) {
@@ -496,7 +510,22 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
 
   // The index writer serves from the start, as the controller would.
   watch_->ServeIndexes(kClique);
-  for (auto& n : nodes) StartDaemon(*n, cd_a);
+  // node-1 (the one whose nvidia-imex is killed below) serves its metrics.
+  const int metrics_port = FreeLocalPort();
+  ASSERT_GT(metrics_port, 0);
+  for (auto& n : nodes) {
+    if (n.get() == nodes[1].get()) {
+      StartDaemon(*n, cd_a, "1", {"HTTP_ENDPOINT=127.0.0.1:" + std::to_string(metrics_port)});
+    } else {
+      StartDaemon(*n, cd_a);
+    }
+  }
+  auto scrape = [&] {
+    httplib::Client http("127.0.0.1", metrics_port);
+    auto response = http.Get("/metrics");
+    return response && response->status == 200 ? response->body : std::string();
+  };
+  const std::string d = "nvdra_compute_domain_daemon_";
   auto all_ready = [](const std::optional<json>& c) {
     if (!c) return false;
     auto entries = Entries(*c);
@@ -535,6 +564,31 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   std::sort(ms.begin(), ms.end());
   std::printf("BENCH cd_daemon.start_to_ready_ms min=%.1f median=%.1f max=%.1f (n=%zu)\n", ms.front(),
               (ms[1] + ms[2]) / 2, ms.back(), ms.size());
+
+  // node-1's metrics once all are Ready: nvidia-imex READY, started once,
+  // the whole clique Ready as its daemon saw it, its files written. The
+  // daemon's view trails the test's watch by a poll or an event: no event
+  // reaches the test from a scrape, so it is asked until it agrees (bounded).
+  std::string body;
+  EXPECT_TRUE(Eventually([&] {
+    body = scrape();
+    return Sample(body, d + "imex_state{state=\"READY\"}") == 1 &&
+           Sample(body, d + "clique_daemons{status=\"Ready\"}") == 4 && Sample(body, d + "imex_peers") == 4 &&
+           Sample(body, d + "ready") == 1;
+  })) << body;
+  EXPECT_EQ(Sample(body, d + "imex_state{state=\"NOT_RUNNING\"}"), 0) << body;
+  EXPECT_EQ(Sample(body, d + "clique_daemons{status=\"NotReady\"}"), 0) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"initial\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 0) << body;
+  EXPECT_EQ(Sample(body, d + "file_writes_total{file=\"imexd.cfg\",result=\"success\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "file_writes_total{file=\"nodes.cfg\",result=\"success\"}"), 1) << body;
+  EXPECT_GE(Sample(body, d + "file_writes_total{file=\"hosts\",result=\"success\"}").value_or(0), 1) << body;
+  const std::optional<double> first_ready = Sample(body, d + "imex_first_ready_seconds");
+  ASSERT_TRUE(first_ready.has_value()) << body;
+  EXPECT_GT(*first_ready, 0);
+  EXPECT_LE(*first_ready, std::chrono::duration<double>(Clock::now() - nodes[1]->started).count());
+  EXPECT_NE(body.find("\nprocess_resident_memory_bytes "), std::string::npos) << body;
+  EXPECT_EQ(Sample(body, d + "api_errors_total{verb=\"patch\"}"), 0) << body;
 
   // Files: the static nodes file, hosts mapping every peer by its index.
   for (auto& n : nodes) {
@@ -581,6 +635,15 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
               recovered_ms);
   EXPECT_NE(ImexPid(victim), old_pid);
   EXPECT_EQ(Entries(*watch_->Get(kClique))[victim_node]["index"], index_of[victim_node]) << "index kept";
+  // The restart is counted, the state READY again, the first READY kept.
+  EXPECT_TRUE(Eventually([&] {
+    body = scrape();
+    return Sample(body, d + "imex_state{state=\"READY\"}") == 1 && Sample(body, d + "ready") == 1;
+  })) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"initial\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "imex_first_ready_seconds"), first_ready) << body;
+  SaveMetricsScrape("compute-domain-daemon", body);
 
   // SIGTERM: the daemon says NotReady, stops nvidia-imex, exits 0; its
   // entry turns NotReady, the others are untouched. Its pod then goes: the
@@ -729,11 +792,27 @@ TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealt
   auto created = env_->client->Create(k8s::resources::kComputeDomains, kNamespace, cd);
   ASSERT_TRUE(created.ok()) << created.status();
   auto n = MakeNode("node-fabric", Ip(60));
+  const int metrics_port = FreeLocalPort();
+  ASSERT_GT(metrics_port, 0);
   // IP mode with numNodes 1: nvidia-imex starts without an index writer.
   StartDaemon(*n, (*created)["metadata"]["uid"], "1",
               {"FEATURE_GATES=IMEXDaemonsWithDNSNames=false,ComputeDomainCliques=false",
                "COMPUTE_DOMAIN_NAME=cd-fabric", "COMPUTE_DOMAIN_NAMESPACE=" + std::string(kNamespace),
-               "DRIVER_ROOT_CTR_PATH=" + driver.driver_root.string(), "IMEX_READY_POLL_INTERVAL_MS=100"});
+               "DRIVER_ROOT_CTR_PATH=" + driver.driver_root.string(), "IMEX_READY_POLL_INTERVAL_MS=100",
+               "HTTP_ENDPOINT=127.0.0.1:" + std::to_string(metrics_port), "METRICS_PATH=/daemon-metrics"});
+  // The daemon's metrics follow its published status (bounded asking: a
+  // scrape has no event to wait on).
+  const std::string d = "nvdra_compute_domain_daemon_";
+  std::string body;
+  auto metrics_say = [&](double ready, double unhealthy_gpus) {
+    return Eventually([&] {
+      httplib::Client http("127.0.0.1", metrics_port);
+      auto response = http.Get("/daemon-metrics");
+      body = response && response->status == 200 ? response->body : "";
+      return Sample(body, d + "ready") == ready && Sample(body, d + "fabric_unhealthy_gpus") == unhealthy_gpus &&
+             Sample(body, d + "imex_state{state=\"READY\"}") == 1;
+    });
+  };
   const std::string node = n->node;
   auto entry = [&](const std::optional<json>& c) {
     if (!c) return json::object();
@@ -747,6 +826,11 @@ TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealt
   };
   ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", is_ready, 60s)) << Log(*n);
   EXPECT_NE(Slurp(n->log()).find("NVML loaded"), std::string::npos) << Log(*n);
+  EXPECT_TRUE(metrics_say(1, 0)) << body;
+  // IP mode: the nodes file lists the one peer; gate off, the entry is applied.
+  EXPECT_EQ(Sample(body, d + "imex_peers"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "file_writes_total{file=\"nodes.cfg\",result=\"success\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"initial\"}"), 1) << body;
   const pid_t imex = ImexPid(*n);
   ASSERT_GT(imex, 0);
 
@@ -763,6 +847,7 @@ TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealt
             "NVLink fabric unhealthy: " + gpu + " (healthSummary Unhealthy, healthMask 0x10: route unhealthy)")
       << sick;
   EXPECT_EQ(ImexPid(*n), imex) << "nvidia-imex is left running";
+  EXPECT_TRUE(metrics_say(0, 1)) << "NotReady with nvidia-imex READY: " << body;
   EXPECT_EQ(Check(*n), 0) << "nvidia-imex itself is still READY";
   // Logged once per change, not per poll.
   std::this_thread::sleep_for(500ms);
@@ -775,6 +860,7 @@ TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealt
   ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", "healthy"}, {"healthMask", 0}}}}), "");
   ASSERT_TRUE(cd_watch_->WaitFor("cd-fabric", is_ready)) << Log(*n) << cd_watch_->Get("cd-fabric")->dump(1);
   EXPECT_NE(Slurp(n->log()).find("NVLink fabric healthy again"), std::string::npos) << Log(*n);
+  EXPECT_TRUE(metrics_say(1, 0)) << body;
 
   // Limited capacity: a warning, the entry stays Ready.
   ASSERT_EQ(SetMockFabric(driver.driver_root, {{gpu, {{"healthSummary", "limited_capacity"}, {"healthMask", 1}}}}),

@@ -62,6 +62,11 @@ TEST(DaemonMetricsTest, StartsNotRunningWithEveryStateAndReasonAtZero) {
         << reason;
   }
   EXPECT_EQ(Sample(registry, "nvdra_compute_domain_daemon_ready"), 0);
+  for (const char* verb : {"get", "list", "watch", "patch", "apply"}) {
+    EXPECT_EQ(Sample(registry, std::string("nvdra_compute_domain_daemon_api_errors_total{verb=\"") + verb + "\"}"), 0)
+        << verb;
+  }
+  EXPECT_EQ(Sample(registry, "nvdra_compute_domain_daemon_file_writes_total{file=\"hosts\",result=\"error\"}"), 0);
   EXPECT_EQ(Sample(registry, "nvdra_compute_domain_daemon_imex_first_ready_seconds"), std::nullopt)
       << "no time to READY before READY";
 }

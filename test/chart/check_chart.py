@@ -390,6 +390,44 @@ class Checker:
         objs = self.render(*BASE, "--set", "monitoring.prometheusRule.enabled=true")
         rules = self.find(objs, "PrometheusRule")
         self.expect(rules and len(rules[0]["spec"]["groups"][0]["rules"]) == 2, "certificate alert without webhook metrics")
+        ctrl = self.find(objs, "Deployment", f"{NAME}-controller")
+        self.expect(ctrl and not any(k.startswith("CD_DAEMON_HTTP") for k in
+                                     self.env(ctrl[0]["spec"]["template"]["spec"]["containers"][0])),
+                    "daemon metrics endpoint set by default")
+
+        # The compute-domain daemons' metrics: the controller is told the
+        # endpoint; a PodMonitor of their own selects the controller's daemon
+        # pods by their domain label, on the port name the controller gives
+        # them (kDaemonMetricsPortName in src/computedomain/config.h); and an
+        # alert reads their readiness.
+        objs = self.render(*BASE, "--set", "computeDomainDaemon.metrics.enabled=true", "--set",
+                           "computeDomainDaemon.metrics.httpEndpoint=:9400", "--set",
+                           "computeDomainDaemon.metrics.metricsPath=/m", "--set", "monitoring.podMonitor.enabled=true",
+                           "--set", "monitoring.prometheusRule.enabled=true")
+        self.check_common(objs)
+        ctrl = self.one(objs, "Deployment", f"{NAME}-controller")
+        env = self.env(ctrl["spec"]["template"]["spec"]["containers"][0]) if ctrl else {}
+        self.expect(env.get("CD_DAEMON_HTTP_ENDPOINT") == ":9400" and env.get("CD_DAEMON_METRICS_PATH") == "/m",
+                    f"controller env for the daemons' metrics: {env}")
+        with open(os.path.join(self.source_dir, "src", "computedomain", "config.h"), encoding="utf-8") as f:
+            port_name = re.search(r'kDaemonMetricsPortName = "([^"]+)"', f.read())
+        self.expect(port_name, "kDaemonMetricsPortName not found in src/computedomain/config.h")
+        daemon_pm = self.one(objs, "PodMonitor", f"{RELEASE}-{NAME}-compute-domain-daemons")
+        if daemon_pm and port_name:
+            self.expect(daemon_pm["spec"]["selector"] == {"matchExpressions": [
+                {"key": "resource.nvidia.com/computeDomain", "operator": "Exists"}]}, f"daemon selector {daemon_pm}")
+            self.expect(daemon_pm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}, "daemon namespace")
+            self.expect([(e["port"], e["path"]) for e in daemon_pm["spec"]["podMetricsEndpoints"]]
+                        == [(port_name.group(1), "/m")], f"daemon endpoints {daemon_pm['spec']}")
+        rules = self.find(objs, "PrometheusRule")
+        alerts = [r["alert"] for r in rules[0]["spec"]["groups"][0]["rules"]] if rules else []
+        self.expect("NvidiaDraImexDaemonNotReady" in alerts, f"no daemon alert: {alerts}")
+        # No daemons to scrape without driver-managed IMEX.
+        objs = self.render(*BASE, "--set", "computeDomainDaemon.metrics.enabled=true", "--set",
+                           "monitoring.podMonitor.enabled=true", "--set", "featureGates.HostManagedIMEXDaemon=true",
+                           "--set", "resources.computeDomains.imex.mode=hostManaged")
+        self.expect(not self.find(objs, "PodMonitor", f"{RELEASE}-{NAME}-compute-domain-daemons"),
+                    "daemon PodMonitor with hostManaged IMEX")
 
     def case_webhook_modes(self):
         objs = self.render(*BASE, "--set", "webhook.tls.mode=secret", "--set", "webhook.tls.secret.name=mine",
@@ -486,6 +524,13 @@ class Checker:
             ((*BASE, "--set", "webhook.replicas=two"), "/webhook/replicas"),
             ((*BASE, "--set", "webhook.failurePolicy=Sometimes"), "/webhook/failurePolicy"),
             ((*BASE, "--set", "featureGates.DynamicMIG=yes"), "/featureGates/DynamicMIG"),
+            # The daemons' container port must be fixed.
+            ((*BASE, "--set", "computeDomainDaemon.metrics.httpEndpoint=:0"), "/computeDomainDaemon/metrics/httpEndpoint"),
+            ((*BASE, "--set", "computeDomainDaemon.metrics.httpEndpoint=8082"),
+             "/computeDomainDaemon/metrics/httpEndpoint"),
+            ((*BASE, "--set", "computeDomainDaemon.metrics.metricsPath=metrics"),
+             "/computeDomainDaemon/metrics/metricsPath"),
+            ((*BASE, "--set", "computeDomainDaemon.metrcs.enabled=true"), "additional properties 'metrcs' not allowed"),
         ]
         for extra, needle in cases:
             err = self.render(*extra, expect_fail=True)

@@ -62,6 +62,7 @@ def expressions(helm, chart):
     out = subprocess.run(
         [helm, "template", "t", chart, "--namespace", "nv", "--kube-version", "1.37.0",
          "--set", "gpuResourcesEnabledOverride=true", "--set", "webhook.metrics.enabled=true",
+         "--set", "computeDomainDaemon.metrics.enabled=true",
          "--set", "monitoring.podMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
          "--set", "monitoring.dashboard.enabled=true"],
         capture_output=True, text=True, check=True).stdout

@@ -17,7 +17,8 @@
 // daemons serve metrics (--http-endpoint): nvidia-imex's state, starts by
 // reason (a crash counted), clique entries, peers, file writes, the first
 // READY, published readiness and unhealthy GPUs; one scrape is saved for
-// chart.monitoring_queries. Prints the time from daemon start to Ready entry.
+// chart.monitoring_queries. A malformed endpoint or path stops `run` naming
+// the flag. Prints the time from daemon start to Ready entry.
 
 #include <signal.h>
 #include <unistd.h>
@@ -900,6 +901,24 @@ TEST_F(CdDaemonTest, RunFailsFastWithoutComputeDomainUuid) {
   EXPECT_EQ(n->process->WaitExit(10s), std::optional<int>(1)) << Log(*n);
   EXPECT_NE(Slurp(n->log()).find("COMPUTE_DOMAIN_UUID"), std::string::npos) << Log(*n);
   fs::remove_all(n->dir);
+}
+
+TEST_F(CdDaemonTest, RunRefusesAMalformedMetricsEndpointOrPath) {
+  int host = 43;
+  for (const auto& [setting, named] : std::vector<std::pair<std::string, std::string>>{
+           {"HTTP_ENDPOINT=8082", "--http-endpoint"}, {"HTTP_ENDPOINT=[::1:8082", "--http-endpoint"},
+           {"METRICS_PATH=metrics", "--metrics-path"}}) {
+    auto n = MakeNode("node-badmetrics-" + std::to_string(host), Ip(host));
+    ++host;
+    StartDaemon(*n, "e1b2c3d4-0000-4000-8000-000000000005", "1", {setting});
+    EXPECT_EQ(n->process->WaitExit(10s), std::optional<int>(1)) << setting << Log(*n);
+    const std::string log = Slurp(n->log());
+    const std::size_t error_at = log.find("stopped on an error");
+    ASSERT_NE(error_at, std::string::npos) << Log(*n);
+    EXPECT_NE(log.find(named, error_at), std::string::npos) << "the error names " << named << Log(*n);
+    EXPECT_EQ(log.find("joining clique"), std::string::npos) << "refused before joining: " << Log(*n);
+    fs::remove_all(n->dir);
+  }
 }
 
 TEST_F(CdDaemonTest, CheckFailsWithoutARunningImexDaemon) {

@@ -3,6 +3,8 @@
 
 #include "computedomain/controller/object_renderer.h"
 
+#include "computedomain/controller/owned_objects.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -78,6 +80,23 @@ TEST(DomainObjectRendererTest, DaemonSetCarriesPullSecretsAndGatesFromTheTemplat
   const json& env = pod["containers"][0]["env"];
   EXPECT_EQ(env.back(), json::parse(R"({"name": "FEATURE_GATES", "value": "A=true,B=false"})"));
   EXPECT_EQ(env[env.size() - 2]["name"], "NVIDIA_VISIBLE_DEVICES");
+}
+
+// Switching the daemons' metrics on or off changes the DaemonSets of domains
+// that already exist: the controller updates them (and the DaemonSet rolls
+// their pods, restarting nvidia-imex).
+TEST(DomainObjectRendererTest, TurningDaemonMetricsOnOrOffUpdatesExistingDaemonSets) {
+  const ControllerOptions off = Options();
+  ControllerOptions on = Options();
+  on.daemon_http_endpoint = ":8082";
+  on.daemon_metrics_port = 8082;
+  auto without = DomainObjectRenderer(off).DaemonSet("u1");
+  auto with = DomainObjectRenderer(on).DaemonSet("u1");
+  ASSERT_TRUE(without.ok() && with.ok());
+  EXPECT_EQ(DecideOwnedObjectAction(*with, *without, "u1", false), OwnedObjectAction::kUpdate);
+  EXPECT_EQ(DecideOwnedObjectAction(*without, *with, "u1", false), OwnedObjectAction::kUpdate)
+      << "HTTP_ENDPOINT must go from the pods once off";
+  EXPECT_EQ(DecideOwnedObjectAction(*with, *with, "u1", false), OwnedObjectAction::kNone);
 }
 
 TEST(DomainObjectRendererTest, DaemonClaimTemplateIsTheDaemonTarget) {

@@ -104,9 +104,11 @@ func chartValuesFile(t *testing.T, env *environment) string {
 	return writeValues(t, chartValues)
 }
 
-// layOutImage makes the driver's image as a folder: bin/ with a copy of each
-// program (copies: the container sees only this folder, not the build
-// tree), templates/ as the image ships it at /templates.
+// layOutImage makes the driver's image as a folder laid out as the real
+// image (scripts/build-image): usr/bin/ with a copy of each program
+// (copies: the container sees only this folder, not the build tree),
+// templates/ as the image ships it at /templates. The runtime lays it over
+// the machine's root, so a program is at /usr/bin/<name> in the container.
 func layOutImage(t *testing.T, programs map[string]string, templates string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -120,11 +122,11 @@ func layOutImage(t *testing.T, programs map[string]string, templates string) str
 		must(t, "copy "+src, err)
 		must(t, "close "+dst, out.Close())
 	}
-	for _, sub := range []string{"bin", "templates"} {
+	for _, sub := range []string{"usr/bin", "templates"} {
 		must(t, sub, os.MkdirAll(filepath.Join(dir, sub), 0o755))
 	}
 	for name, path := range programs {
-		copyFile(path, filepath.Join(dir, "bin", name), 0o755)
+		copyFile(path, filepath.Join(dir, "usr", "bin", name), 0o755)
 	}
 	entries, err := os.ReadDir(templates)
 	must(t, "templates", err)
@@ -330,17 +332,24 @@ func waitForObject(ctx context.Context, t *testing.T, what string, done func(con
 // the binaries laid out as the image folder, the chart, helm.
 type chartSetup struct {
 	helm, chart, templates string
-	// image is the image folder (bin/ with every program, templates/),
+	// image is the image folder (usr/bin/ with every program, templates/),
 	// mapped to chartImage in harness.Options.Images.
 	image string
 }
 
 // chartPrograms are the image's programs: the environment variable that
-// ctest sets for each, and its CMake target (also its name in bin/).
+// names each (ctest sets all but envCDIHook; unset, the build folder's is
+// taken), and its CMake target (also its name in usr/bin/). nvidia-cdi-hook
+// is there as in the real image, where the plugins find it beside
+// themselves and install it for the CDI specs' hooks.
 var chartPrograms = []struct{ env, name string }{
 	{envGPUPlugin, "gpu-kubelet-plugin"}, {envCDPlugin, "compute-domain-kubelet-plugin"},
 	{envCDDaemon, "compute-domain-daemon"}, {envCDController, "compute-domain-controller"}, {envWebhook, "webhook"},
+	{envCDIHook, "nvidia-cdi-hook"},
 }
+
+// envCDIHook names the nvidia-cdi-hook binary for the image folder.
+const envCDIHook = "NVDRA_NVIDIA_CDI_HOOK"
 
 // prepareChart finds the built programs and the mock NVML library (skips
 // the test when one is missing, naming the target), lays out the image

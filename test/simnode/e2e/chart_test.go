@@ -2,8 +2,10 @@ package e2e
 
 // TestHelmChartOnSimulatedNodes: `helm install` of the chart
 // (deployments/helm/dra-driver-nvidia-gpu) on simulated GB200 nodes, where
-// the chart's pods run our real binaries from one image folder (bin/ with
-// every program, templates/), through the real kubelet path: the init
+// the chart's pods run our real binaries from one image folder laid out as
+// the real image (usr/bin/ with every program, templates/; the container's
+// root is it over the machine's, image_root_test.go), through the real
+// kubelet path: the init
 // container, both kubelet plugins publishing, the controller and the
 // webhook Ready, the webhook on the API server's admission path (a bad
 // config refused, other vendors' claims admitted while it is down); then
@@ -69,6 +71,7 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 			}
 		}
 	}
+	checkImageRoot(ctx, t, env, setup.image, pods)
 
 	// Figures for the chart's resource requests (printed, not asserted).
 	all, err := client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{})

@@ -42,7 +42,7 @@ const (
 
 // The simulated CUDA sample: a CUDA program's view of its sharing, printed
 // once, then it runs until stopped. nvidia-cuda-mps-control is the image's
-// copy of the simulated one (bin/), talking to the claim's daemon through
+// copy of the simulated one (usr/bin/), talking to the claim's daemon through
 // the pipe directory the CDI spec mounted.
 const cudaSampleScript = `#!/bin/sh
 uuid=$(nvidia-smi -L | sed -n 's/.*(UUID: \(GPU-[0-9a-f-]*\)).*/\1/p' | head -n 1)
@@ -162,18 +162,18 @@ webhook:
 
 // layOutCudaSampleImage makes the CUDA sample image as a folder: tmp/sample
 // (at /tmp/sample in the container, where upstream's image has its nbody),
-// tmp/nvidia-mps (the mount point of the claim's MPS pipes) and bin/ with
-// the simulated nvidia-cuda-mps-control.
+// tmp/nvidia-mps (the mount point of the claim's MPS pipes) and usr/bin/
+// with the simulated nvidia-cuda-mps-control.
 func layOutCudaSampleImage(t *testing.T, simmps string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, sub := range []string{"bin", "tmp/nvidia-mps"} {
+	for _, sub := range []string{"usr/bin", "tmp/nvidia-mps"} {
 		must(t, "image folder", os.MkdirAll(filepath.Join(dir, sub), 0o755))
 	}
 	must(t, "sample", os.WriteFile(filepath.Join(dir, "tmp", "sample"), []byte(cudaSampleScript), 0o755))
 	tool, err := os.ReadFile(filepath.Join(simmps, "nvidia-cuda-mps-control"))
 	must(t, "simulated nvidia-cuda-mps-control", err)
-	must(t, "image tool", os.WriteFile(filepath.Join(dir, "bin", "nvidia-cuda-mps-control"), tool, 0o755))
+	must(t, "image tool", os.WriteFile(filepath.Join(dir, "usr", "bin", "nvidia-cuda-mps-control"), tool, 0o755))
 	return dir
 }
 

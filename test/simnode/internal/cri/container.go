@@ -25,7 +25,8 @@ import (
 	"nvdra.local/test/simnode/nodeconfig"
 )
 
-// imageBinDir is where a mapped image's program appears inside its container.
+// imageBinDir is where the program of an image mapped to one program (not
+// a folder) appears inside its container.
 const imageBinDir = "/simnode/bin"
 
 // MockNVMLStateDir is where every container sees its node's mock NVML state
@@ -126,18 +127,23 @@ func (r *Runtime) nodePath(hostPath, containerPath string) (string, error) {
 // its command when this machine has it (shell one-liners); else nothing runs.
 func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSpec, bool) {
 	spec := initSpec{Rootfs: filepath.Join(c.dir, "rootfs"), Args: c.view.Args, Cwd: c.view.WorkingDir}
-	for _, d := range systemDirs {
-		st, err := os.Lstat(d)
-		switch {
-		case err != nil:
-			continue
-		case st.Mode()&os.ModeSymlink != 0:
-			link, err := os.Readlink(d)
-			if err == nil {
-				spec.Binds = append(spec.Binds, bind{Source: link, Target: d, Symlink: true})
-			}
-		default:
-			spec.Binds = append(spec.Binds, bind{Source: d, Target: d, ReadOnly: d != "/proc" && d != "/sys"})
+	// The container's root: an image folder over this machine's root (each
+	// of the image's top-level folders layered over this machine's folder
+	// of the same name, the others alone, its files bound), so an image
+	// file at usr/bin/x is /usr/bin/x in the container and this machine's
+	// /usr/bin/sh is there too; then the pod's volumes and the CDI mounts on
+	// top, as a real runtime mounts them over the image (a CDI mount at
+	// /tmp/x shows in an image that has /tmp; /usr/bin/nvidia-smi lands in
+	// the container's /usr/bin, made in its own upper folder).
+	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
+	imageDir := ""
+	if mapped && isDir(program) {
+		imageDir = program
+	}
+	spec.Binds = append(spec.Binds, rootBinds(imageDir)...)
+	for _, d := range hostDirs {
+		if isDir(d) {
+			spec.Binds = append(spec.Binds, bind{Source: d, Target: d})
 		}
 	}
 	if r.opts.BootIDFile != "" && fileExists(r.opts.BootIDFile) {
@@ -145,20 +151,14 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 		spec.Binds = append(spec.Binds, bind{Source: r.opts.BootIDFile, Target: bootIDPath, ReadOnly: true})
 	}
 	for _, f := range systemFiles {
+		if imageDir != "" && fileExists(filepath.Join(imageDir, f)) {
+			continue // the image's own
+		}
 		if _, err := os.Stat(f); err == nil {
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f, ReadOnly: true})
 		}
 	}
-	// An image folder's own folders are the container's root file system:
-	// the pod's volumes and the CDI mounts go on top of them, as a real
-	// runtime mounts them over the image (a CDI mount at /tmp/x shows in an
-	// image that has /tmp).
-	program, mapped := r.opts.Images[imageName(config.GetImage().GetImage())]
-	if mapped && isDir(program) {
-		spec.Binds = append(spec.Binds, imageFolderBinds(program)...)
-	}
-	mounts, overlayBins := redirectSystemMounts(mountBinds(c.view))
-	spec.Binds = append(spec.Binds, mounts...)
+	spec.Binds = append(spec.Binds, mountBinds(c.view)...)
 	for _, f := range devFiles {
 		if _, err := os.Stat(f); err == nil {
 			spec.Binds = append(spec.Binds, bind{Source: f, Target: f})
@@ -215,13 +215,11 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 
 	env := serviceEnv(c.view.Env, r.opts.APIServer)
 	pathEnv := defaultPath
-	if mapped && isDir(program) {
-		// An image of several programs (the driver's image): its bin/ is on
-		// PATH, its other top-level folders (templates/) appear at /<name>
-		// (bound above), and the container's command picks the program, as
-		// in a real image without an entrypoint.
-		pathEnv = imageBinDir + ":" + defaultPath
-	} else if mapped {
+	// An image folder (the driver's image) is the container's root (above):
+	// its programs are where the image has them (usr/bin), and the
+	// container's command picks one, as in a real image without an
+	// entrypoint. An image mapped to one program runs it as its entrypoint.
+	if mapped && imageDir == "" {
 		target := filepath.Join(imageBinDir, filepath.Base(program))
 		spec.Binds = append(spec.Binds, bind{Source: program, Target: target, ReadOnly: true})
 		pathEnv = imageBinDir + ":" + defaultPath
@@ -232,14 +230,6 @@ func (r *Runtime) plan(c *container, config *runtimeapi.ContainerConfig) (initSp
 	}
 	if _, ok := c.view.EnvValue("PATH"); !ok {
 		env = append(env, "PATH="+pathEnv)
-	}
-	if len(overlayBins) > 0 {
-		prefix := strings.Join(overlayBins, ":") + ":"
-		for i, kv := range env {
-			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-				env[i] = "PATH=" + prefix + v
-			}
-		}
 	}
 	spec.Env = env
 	if len(spec.Args) == 0 {
@@ -278,23 +268,90 @@ func (c *container) makeDeviceNode(d oci.LinuxDevice) (string, error) {
 	return node, nil
 }
 
-// imageFolderBinds lays out an image folder in a container: bin/ at
-// imageBinDir, every other top-level folder at /<name> (read-only).
-func imageFolderBinds(dir string) []bind {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
+// rootBinds lays out a container's root from an image folder (none: "")
+// over this machine's root. Each of this machine's systemDirs is an overlay
+// mount whose lowest layer is this machine's folder and whose layer above
+// is the image's folder of the same name, if it has one (a system folder
+// that is a symbolic link here, /bin -> usr/bin, stays one unless the image
+// has a folder of that name: then the image's folder lies over the link's
+// target). The image's other top-level folders are overlay mounts of their
+// own, its top-level files are bound read-only and its symbolic links are
+// made as they are. Every overlay has an upper folder of the container's
+// own, so the container writes, and the runtime makes mount points, there
+// and never in the image folder or this machine's folders. The image's
+// dev/, proc/ and sys/ are left out: the runtime gives those.
+func rootBinds(imageDir string) []bind {
 	var out []bind
-	for _, e := range entries {
-		if !e.IsDir() {
+	inImage := func(name string) (os.FileInfo, string) {
+		if imageDir == "" {
+			return nil, ""
+		}
+		p := filepath.Join(imageDir, name)
+		st, err := os.Lstat(p)
+		if err != nil {
+			return nil, ""
+		}
+		return st, p
+	}
+	seen := map[string]bool{"dev": true, "proc": true, "sys": true}
+	for _, d := range systemDirs {
+		name := strings.TrimPrefix(d, "/")
+		seen[name] = true
+		ist, ipath := inImage(name)
+		if ist != nil && ist.Mode()&os.ModeSymlink != 0 {
+			if link, err := os.Readlink(ipath); err == nil {
+				out = append(out, bind{Source: link, Target: d, Symlink: true})
+			}
 			continue
 		}
-		target := "/" + e.Name()
-		if e.Name() == "bin" {
-			target = imageBinDir
+		var lower []string
+		if ist != nil && ist.IsDir() {
+			lower = append(lower, ipath)
 		}
-		out = append(out, bind{Source: filepath.Join(dir, e.Name()), Target: target, ReadOnly: true})
+		st, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			if len(lower) == 0 {
+				if link, err := os.Readlink(d); err == nil {
+					out = append(out, bind{Source: link, Target: d, Symlink: true})
+				}
+				continue
+			}
+			if target, err := filepath.EvalSymlinks(d); err == nil && isDir(target) {
+				lower = append(lower, target)
+			}
+		case st.IsDir():
+			lower = append(lower, d)
+		}
+		if len(lower) > 0 {
+			out = append(out, bind{Target: d, Lower: lower})
+		}
+	}
+	if imageDir == "" {
+		return out
+	}
+	entries, err := os.ReadDir(imageDir)
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		if seen[e.Name()] {
+			continue
+		}
+		p, target := filepath.Join(imageDir, e.Name()), "/"+e.Name()
+		st, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case st.Mode()&os.ModeSymlink != 0:
+			if link, err := os.Readlink(p); err == nil {
+				out = append(out, bind{Source: link, Target: target, Symlink: true})
+			}
+		case st.IsDir():
+			out = append(out, bind{Target: target, Lower: []string{p}})
+		case st.Mode().IsRegular():
+			out = append(out, bind{Source: p, Target: target, ReadOnly: true})
+		}
 	}
 	return out
 }
@@ -318,38 +375,6 @@ func mountBinds(v *View) []bind {
 		return strings.Count(out[i].Target, "/") < strings.Count(out[j].Target, "/")
 	})
 	return out
-}
-
-// overlayDir receives mounts whose target lies below a folder shared with
-// this machine (/usr, /bin, ...) and does not exist here: a CDI spec's
-// /usr/bin/nvidia-smi cannot be mounted into the shared /usr without a mount
-// point there, so it appears at /simnode/overlay/usr/bin/nvidia-smi instead.
-const overlayDir = "/simnode/overlay"
-
-// binDirs are the folders whose overlay copies go first on PATH.
-var binDirs = map[string]bool{"/usr/local/sbin": true, "/usr/local/bin": true, "/usr/sbin": true,
-	"/usr/bin": true, "/sbin": true, "/bin": true}
-
-// redirectSystemMounts moves binds that would need a new mount point below a
-// shared system folder into overlayDir, and returns the overlay's bin folders
-// that received programs, for PATH.
-func redirectSystemMounts(binds []bind) ([]bind, []string) {
-	var bins []string
-	seen := map[string]bool{}
-	for i, b := range binds {
-		if !underSystemDir(b.Target) || isSystemTarget(b.Target) {
-			continue
-		}
-		if _, err := os.Lstat(b.Target); err == nil {
-			continue // the mount point exists: it is covered in the container only
-		}
-		binds[i].Target = overlayDir + b.Target
-		if dir := filepath.Dir(b.Target); binDirs[dir] && !seen[dir] {
-			seen[dir] = true
-			bins = append(bins, overlayDir+dir)
-		}
-	}
-	return binds, bins
 }
 
 func hostHas(program string) bool {
@@ -575,7 +600,9 @@ func (c *container) execFresh(ctx context.Context, sp *proc.Spawner, self string
 	spec.Args = args
 	spec.ReadyFD = 0
 	spec.Rootfs = filepath.Join(c.dir, fmt.Sprintf("exec-%d", time.Now().UnixNano()))
+	spec.Layers = spec.Rootfs + ".layers"
 	defer os.RemoveAll(spec.Rootfs)
+	defer os.RemoveAll(spec.Layers)
 	specPath, err := c.writeSpec(filepath.Base(spec.Rootfs)+".json", spec)
 	if err != nil {
 		return nil, nil, 0, err

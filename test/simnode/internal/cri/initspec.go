@@ -21,7 +21,10 @@ const InitCommand = "container-init"
 // initSpec is what container-init needs; the runtime writes it next to the
 // container's root folder.
 type initSpec struct {
-	Rootfs string   `json:"rootfs"`
+	Rootfs string `json:"rootfs"`
+	// Layers holds the upper and work folders of the root's overlay mounts
+	// (Rootfs + ".layers" when empty).
+	Layers string   `json:"layers,omitempty"`
 	Binds  []bind   `json:"binds"`
 	Args   []string `json:"args"`
 	Env    []string `json:"env"`
@@ -38,11 +41,22 @@ type bind struct {
 	// Symlink: create Target as a symbolic link to Source instead of mounting
 	// (merged-/usr hosts have /bin -> usr/bin).
 	Symlink bool `json:"symlink,omitempty"`
+	// Lower, when set, makes Target an overlayfs mount of these folders,
+	// the first on top (an image's usr/ over this machine's /usr), with an
+	// upper folder of the container's own: the container may write there
+	// and mount points are made there, never in a lower folder.
+	Lower []string `json:"lower,omitempty"`
 }
 
-// systemDirs come from this machine into every container, read-only, so that
-// shell one-liners and our binaries find their interpreter and libraries.
-var systemDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/proc", "/sys"}
+// systemDirs come from this machine into every container, so that shell
+// one-liners and our binaries find their interpreter and libraries: each
+// the lowest layer of an overlay mount (with the image's folder of the
+// same name above it), so the container sees them but never writes to them.
+var systemDirs = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr"}
+
+// hostDirs are this machine's kernel file systems, bound into every
+// container as they are.
+var hostDirs = []string{"/proc", "/sys"}
 
 // systemFiles are single files of /etc a program may need; /etc itself is
 // not shared, because pods mount files into it (/etc/hosts, CDI specs).
@@ -51,11 +65,12 @@ var systemFiles = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/
 // devFiles are the character devices every container gets from the host.
 var devFiles = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
-// underSystemDir reports whether a container path lies below a folder shared
-// with the host, where making a mount point would write to the host.
-func underSystemDir(target string) bool {
-	for _, d := range systemDirs {
-		if target == d || strings.HasPrefix(target, d+"/") {
+// underHostDir reports whether a container path lies below a folder bound
+// from this machine (hostDirs), where making a mount point would write to
+// this machine.
+func underHostDir(target string) bool {
+	for _, d := range hostDirs {
+		if strings.HasPrefix(target, d+"/") {
 			return true
 		}
 	}
@@ -76,7 +91,17 @@ func RunInit(specPath string) error {
 	if spec.ReadyFD > 0 {
 		unix.CloseOnExec(spec.ReadyFD)
 	}
-	for _, b := range spec.Binds {
+	layers := spec.Layers
+	if layers == "" {
+		layers = spec.Rootfs + ".layers"
+	}
+	for i, b := range spec.Binds {
+		if len(b.Lower) > 0 {
+			if err := mountOverlay(spec.Rootfs, filepath.Join(layers, fmt.Sprint(i)), b); err != nil {
+				return fmt.Errorf("container-init: overlay %v -> %s: %w", b.Lower, b.Target, err)
+			}
+			continue
+		}
 		if err := applyBind(spec.Rootfs, b); err != nil {
 			return fmt.Errorf("container-init: %s -> %s: %w", b.Source, b.Target, err)
 		}
@@ -109,8 +134,8 @@ func applyBind(rootfs string, b bind) error {
 	if tst, terr := os.Stat(target); !b.Symlink && terr == nil && tst.IsDir() == st.IsDir() {
 		return mountBind(b, target)
 	}
-	if !b.Symlink && underSystemDir(b.Target) && !isSystemTarget(b.Target) {
-		return errors.New("mount point lies below a folder shared with the host")
+	if !b.Symlink && underHostDir(b.Target) {
+		return errors.New("mount point lies below a folder bound from this machine")
 	}
 	if b.Symlink {
 		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
@@ -147,13 +172,26 @@ func mountBind(b bind, target string) error {
 	return nil
 }
 
-func isSystemTarget(target string) bool {
-	for _, d := range systemDirs {
-		if target == d {
-			return true
+// mountOverlay mounts an overlayfs at b.Target in the root: b.Lower the
+// read-only layers (first on top), an upper and a work folder under dir.
+func mountOverlay(rootfs, dir string, b bind) error {
+	target := filepath.Join(rootfs, b.Target)
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	for _, d := range []string{target, upper, work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
 		}
 	}
-	return false
+	for _, p := range append(append([]string{}, b.Lower...), upper, work) {
+		if strings.ContainsAny(p, ":,\\") {
+			return fmt.Errorf("overlayfs cannot take the path %q (':', ',' or '\\' in it)", p)
+		}
+	}
+	options := "lowerdir=" + strings.Join(b.Lower, ":") + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", target, "overlay", 0, options); err != nil {
+		return fmt.Errorf("mount overlay (%s): %w", options, err)
+	}
+	return nil
 }
 
 // lookPath resolves the program as the container would: relative to its root,

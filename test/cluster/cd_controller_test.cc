@@ -400,8 +400,10 @@ ObjectWatch* CdControllerTest::nodes_ = nullptr;
 TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   const int metrics_port = FreeLocalPort();
   ASSERT_GT(metrics_port, 0);
+  // The daemons serve metrics on :8082 (the chart's computeDomainDaemon.metrics).
   auto controller = StartController("ctl-main", {"--max-nodes-per-imex-domain=4",
-                                                 "--http-endpoint=127.0.0.1:" + std::to_string(metrics_port)});
+                                                 "--http-endpoint=127.0.0.1:" + std::to_string(metrics_port),
+                                                 "--cd-daemon-http-endpoint=:8082"});
   const auto t0 = std::chrono::steady_clock::now();
   json cd = CreateCd("cd-a", 3);
   const auto t_created = std::chrono::steady_clock::now();
@@ -419,6 +421,14 @@ TEST_F(CdControllerTest, ReconcilesIndexesStatusAndDeletion) {
   EXPECT_EQ(ds["metadata"]["labels"][kCdLabel], uid);
   EXPECT_EQ(ds["spec"]["template"]["spec"]["nodeSelector"][kCdLabel], uid);
   EXPECT_EQ(ds["spec"]["template"]["spec"]["containers"][0]["image"], "nvdra.local/driver:test");
+  const json& daemon_container = ds["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(daemon_container["ports"],
+            json::parse(R"([{"name": "metrics-daemon", "containerPort": 8082, "protocol": "TCP"}])"))
+      << daemon_container.dump();
+  std::map<std::string, std::string> daemon_env;
+  for (const json& e : daemon_container["env"]) daemon_env[e.value("name", "")] = e.value("value", "");
+  EXPECT_EQ(daemon_env["HTTP_ENDPOINT"], ":8082") << daemon_container.dump();
+  EXPECT_EQ(daemon_env["METRICS_PATH"], "/metrics") << daemon_container.dump();
   EXPECT_EQ(ds["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"],
             "computedomain-daemon-" + uid);
   const json daemon_rct = *rcts_->Get(DaemonKey(uid));

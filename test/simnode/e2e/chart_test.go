@@ -95,6 +95,10 @@ func TestHelmChartOnSimulatedNodes(t *testing.T) {
 	// in the domain's; deleting the domain removes them and its finalizer.
 	checkControllerReconciles(ctx, t, env, client)
 
+	// The debug bundle on this cluster, with a GPU claim and a ComputeDomain
+	// prepared (debug_bundle_test.go; here to share the cluster).
+	checkDebugBundle(ctx, t, env, client)
+
 	// Upgrade with a changed value: the plugins roll to the new setting.
 	start = time.Now()
 	runHelm("upgrade", chartRelease, setup.chart, "--namespace", chartNamespace, "--reuse-values", "--set", "logVerbosity=6")

@@ -93,6 +93,16 @@ TEST_F(MetricsServerTest, MalformedEndpointOrPathIsInvalidArgument) {
   EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(MetricsEndpointPortTest, ThePortOfAnEndpointAsStartReadsIt) {
+  EXPECT_EQ(MetricsEndpointPort(":8082").value_or(-1), 8082);
+  EXPECT_EQ(MetricsEndpointPort("127.0.0.1:0").value_or(-1), 0);
+  EXPECT_EQ(MetricsEndpointPort("[::1]:9090").value_or(-1), 9090);
+  EXPECT_EQ(MetricsEndpointPort("localhost:").value_or(-1), 0);
+  for (const char* bad : {"8082", ":http", "[::1:8082", "::1:8082", ":70000"}) {
+    EXPECT_EQ(MetricsEndpointPort(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST_F(MetricsServerTest, DestructionStopsServing) {
   int port = 0;
   {

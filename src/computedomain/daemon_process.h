@@ -5,6 +5,8 @@
 // without a clique ID runs no IMEX and only waits for shutdown) and `check`
 // (the pod's probe: nvidia-imex-ctl -q must answer exactly "READY\n", as
 // upstream compares it). main() parses the flags and calls one of them.
+// `run` serves its metrics (daemon_metrics.h, plus process_*) when
+// --http-endpoint is set; `check` never serves.
 //
 // Ownership: owns what it builds until it returns; borrows `signals`.
 // Thread-safety: call once, from main's thread.

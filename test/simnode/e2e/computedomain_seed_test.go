@@ -42,11 +42,14 @@ import (
 //     (entry, label, pod), one joins the new node, Ready again, and the
 //     surviving daemon keeps its pod and index;
 //  4. a domain over two cliques: two clique objects, each daemon's IMEX
-//     peers only its clique's; and a second namespace cannot join it.
+//     peers only its clique's; and a second namespace cannot join it;
+//  5. docs/computedomains.md's worked example, from the Markdown
+//     (computedomain_docs_test.go): its workers also claim GPUs, so the
+//     chart runs the GPU plugin here too.
 func TestComputeDomainSeeds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: []int{3, 2}})
+	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: []int{3, 2}, GPUPlugin: true})
 	for _, step := range []struct {
 		name string
 		run  func(context.Context, *testing.T, *cdCluster)
@@ -55,6 +58,7 @@ func TestComputeDomainSeeds(t *testing.T) {
 		{"NumNodesSetAndUnset", seedNumNodes},
 		{"WorkloadRescheduled", seedReschedule},
 		{"TwoCliquesAndSecondNamespace", seedTwoCliques},
+		{"DocsWorkedExample", seedDocsWorkedExample},
 	} {
 		start := time.Now()
 		ok := t.Run(step.name, func(t *testing.T) {

@@ -15,7 +15,6 @@ package e2e
 //   - an unmeetable minBandwidth fails Prepare with the figures.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -103,7 +102,7 @@ func TestGPUFabricTopology(t *testing.T) {
 
 	// 2. The seed's example from the docs: 4 GPUs of one 4-GPU partition,
 	// that partition (and only it) active.
-	example := docsExample(t, filepath.Join("..", "..", "..", "docs", "fabric-manager.md"), "fabric-topology-example")
+	example := docsExample(t, docsPath("fabric-manager.md"), "fabric-topology-example")
 	t.Cleanup(func() { _, _ = env.kubectl(context.Background(), "delete", "--wait=false", "-f", example) })
 	env.Kubectl(ctx, t, "apply", "-f", example)
 	first := checkFabricClaim(ctx, t, env, profile, waitForPodNamed(ctx, t, env, fabricDocsNamespace, "fabric-pod"), 4)
@@ -184,27 +183,6 @@ func TestGPUFabricTopology(t *testing.T) {
 		!strings.Contains(described, "2000 GB/s cannot be met") {
 		t.Errorf("kubectl describe pod greedy shows no prepare error:\n%s", described)
 	}
-}
-
-// docsExample writes the YAML block that follows `<!-- e2e: name -->` in a
-// docs file to a temporary file and returns its path.
-func docsExample(t *testing.T, doc, name string) string {
-	t.Helper()
-	data, err := os.ReadFile(doc)
-	must(t, "docs", err)
-	marker := []byte("<!-- e2e: " + name + " -->\n```yaml\n")
-	start := bytes.Index(data, marker)
-	if start < 0 {
-		t.Fatalf("%s has no block %q", doc, marker)
-	}
-	body := data[start+len(marker):]
-	end := bytes.Index(body, []byte("\n```"))
-	if end < 0 {
-		t.Fatalf("%s: block %s does not end", doc, name)
-	}
-	path := filepath.Join(t.TempDir(), name+".yaml")
-	must(t, "example", os.WriteFile(path, body[:end+1], 0o644))
-	return path
 }
 
 // checkFabricClaim checks that the pod's claim got `count` full GPUs of one

@@ -26,11 +26,6 @@ const (
 	gpuGuideDoc       = "gpus.md"
 )
 
-// docsPath is a file of docs/ seen from this package's folder.
-func docsPath(file string) string {
-	return filepath.Join("..", "..", "..", "docs", file)
-}
-
 func (e *gpuEnvironment) checkGPUGuide(ctx context.Context, t *testing.T) {
 	t.Cleanup(func() {
 		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), gpuGuideNamespace, metav1.DeleteOptions{})

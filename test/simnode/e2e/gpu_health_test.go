@@ -114,12 +114,10 @@ func TestGPUDeviceHealth(t *testing.T) {
 	// unhealthy device and says so.
 	var tolerant *corev1.Pod
 	if !t.Run("ATolerationGetsTheTaintedGPU", func(t *testing.T) {
-		req := deviceRequest("gpu", gpuClass)
-		req.Exactly.Tolerations = []resourceapi.DeviceToleration{{
-			Key: taintKeyXid, Operator: resourceapi.DeviceTolerationOpExists, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-		s.claimTemplate("one-gpu-tolerating-xid", req)
+		// docs/device-health.md's claim, as the docs show it.
+		h.Kubectl(ctx, t, "apply", "-n", s.ns, "-f", docsExample(t, docsPath("device-health.md"), "device-health-diagnostics-claim"))
 		created := time.Now()
-		tolerant = s.runPod("tolerant", []string{"ctr"}, templateClaim("gpu", "one-gpu-tolerating-xid"))
+		tolerant = s.runPod("tolerant", []string{"ctr"}, corev1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr("diagnostics")})
 		podStart = time.Since(created)
 		if got := s.allocations(tolerant)[0].device; got != x {
 			t.Fatalf("the tolerating claim got %s, want %s (the only free GPU)", got, x)

@@ -238,6 +238,11 @@ func (s *scenario) allocations(pod *corev1.Pod) []allocation {
 	s.t.Helper()
 	var out []allocation
 	var names []string
+	for _, c := range pod.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil {
+			names = append(names, *c.ResourceClaimName)
+		}
+	}
 	for _, status := range pod.Status.ResourceClaimStatuses {
 		if status.ResourceClaimName == nil {
 			s.t.Fatalf("pod %s: claim %s has no ResourceClaim", pod.Name, status.Name)

@@ -901,6 +901,41 @@ TEST_F(CdControllerTest, ChannelIsolationGivesEachDomainItsOwnChannel) {
 }
 
 
+// Switching from the Go driver's chart leaves its CRD (Helm never upgrades
+// crds/), which prunes status.imexChannelID: the controller says so in an
+// Event naming the fix instead of waiting silently, and proceeds once the
+// chart's CRDs are applied.
+TEST_F(CdControllerTest, ACrdThatDropsTheChannelGetsAnEventUntilTheChartsCrdsAreApplied) {
+  const std::string crds = std::string(NVDRA_SOURCE_DIR) + "/deployments/helm/dra-driver-nvidia-gpu/crds";
+  CommandResult old_schema = env_->cluster->Kubectl(
+      {"patch", "crd", "computedomains.resource.nvidia.com", "--type=json", "-p",
+       R"([{"op":"remove","path":"/spec/versions/0/schema/openAPIV3Schema/properties/status/properties/imexChannelID"}])"});
+  ASSERT_TRUE(old_schema.ok()) << old_schema.err;
+  struct RestoreCrds {
+    ClusterClient* env;
+    std::string crds;
+    ~RestoreCrds() { env->cluster->Kubectl({"apply", "--server-side", "--force-conflicts", "-f", crds}); }
+  } restore{env_, crds};
+  auto controller = StartController("ctl-old-crd", {"--imex-isolation=channel", "--imex-channel-count=8"});
+  json cd = CreateCd("cd-old-crd", 0);
+  const std::string uid = Str(cd, "/metadata/uid");
+  EXPECT_TRUE(WaitForEvent(uid, "OutdatedCRD", "kubectl apply --server-side --force-conflicts -f <chart>/crds/"));
+  EXPECT_FALSE(cds_->Get(CdKey("cd-old-crd"))->contains("/status/imexChannelID"_json_pointer));
+
+  // As docs/install.md says: a client-side apply would see nothing to do,
+  // since its last-applied annotation still holds the field.
+  CommandResult applied = env_->cluster->Kubectl({"apply", "--server-side", "--force-conflicts", "-f", crds});
+  ASSERT_TRUE(applied.ok()) << applied.err;
+  // Awaited through the Event: a watch of ComputeDomains may go on serving
+  // objects read with the old schema for a while after the CRD changes.
+  EXPECT_TRUE(WaitForEvent(uid, "ChannelAssigned", "IMEX channel")) << "no channel once the chart's CRD is back";
+  auto now = env_->client->Get(k8s::resources::kComputeDomains, kUserNs, "cd-old-crd");
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_TRUE(now->contains("/status/imexChannelID"_json_pointer)) << now->dump();
+  ASSERT_TRUE(rcts_->WaitFor(CdKey("cd-old-crd-channel"), [](const auto& o) { return o.has_value(); }));
+  DeleteCdAndExpectNothingLeft(cd);
+}
+
 TEST_F(CdControllerTest, HostManagedKeepsOnlyFinalizerWorkloadTemplateAndReady) {
   auto controller = StartController("ctl-host", {"--imex-mode=hostManaged", "--feature-gates=HostManagedIMEXDaemon=true"});
   json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},

@@ -231,6 +231,10 @@ void Controller::Work(std::stop_token stop) {
       const bool expected = k8s::IsConflict(status) || status.code() == common::StatusCode::kUnavailable;
       LOG_INFO(expected ? 2 : 0, "reconcile failed; retrying", {{"computeDomain", item->ToString()}, {"err", status}});
       queue_.AddRateLimited(*item);
+      // Waiting on someone else's fix (an outdated CRD, a foreign object of
+      // our name): look again at least every kOutsideFixRecheck, not after
+      // a backoff grown to the queue's 1000 s cap (the earlier time wins).
+      if (status.code() == common::StatusCode::kFailedPrecondition) queue_.AddAfter(*item, kOutsideFixRecheck);
     }
     queue_.Done(*item);
   }
@@ -337,6 +341,20 @@ StatusOr<std::optional<int>> Controller::EnsureChannel(const k8s::ComputeDomain&
   auto result = writer_->Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(),
                                k8s::PatchType::kMerge, patch, "status", stop);
   if (!result.ok()) return result.status();
+  if (!k8s::ComputeDomain(*result).imex_channel_id()) {
+    // The write was accepted but the field is gone: the cluster's CRD is
+    // older than ours and prunes it (the Go driver's chart's CRD; Helm never
+    // upgrades crds/). Retrying alone would never end, and the workload's
+    // claims would wait for a channel silently: say what to do.
+    const std::string message = fmt::format(
+        "the ComputeDomain CRD in this cluster dropped status.imexChannelID (channel {} was written): it predates "
+        "this driver's schema, e.g. left by the Go driver's chart (Helm never upgrades crds/). Apply this chart's "
+        "CRDs: kubectl apply --server-side --force-conflicts -f <chart>/crds/ (docs/install.md); retrying",
+        reserved->channel);
+    writer_->Emit(cd, k8s::EventType::kWarning, "OutdatedCRD", message);
+    LOG_ERROR("outdated ComputeDomain CRD", {{"computeDomain", cd.Key()}, {"err", message}});
+    return common::FailedPreconditionError(message);
+  }
   writer_->Emit(cd, k8s::EventType::kNormal, "ChannelAssigned",
                 fmt::format("IMEX channel {} assigned", reserved->channel));
   return std::optional<int>(reserved->channel);

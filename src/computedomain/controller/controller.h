@@ -89,6 +89,9 @@ class Controller {
   // How long an object of an unknown domain waits before it is swept: a
   // domain just created is cached by then.
   static constexpr std::chrono::seconds kGoneDelay{2};
+  // The longest wait before an item that failed on a precondition someone
+  // else must fix (kFailedPrecondition) is looked at again.
+  static constexpr std::chrono::seconds kOutsideFixRecheck{10};
 
   // Event handlers -> queue.
   void AddEventHandlers();

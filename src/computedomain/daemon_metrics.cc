@@ -102,10 +102,8 @@ DaemonMetrics::DaemonMetrics(common::MetricsRegistry& registry)
       first_ready_seconds_(registry.AddGauge(
           Name("imex_first_ready_seconds"),
           "Seconds from the daemon's start to the first READY answer of nvidia-imex.", {})),
-      ready_(registry
-                 .AddGauge(Name("ready"),
-                           "1 when the status this daemon last published for its node is Ready, else 0.", {})
-                 .WithLabels({})),
+      ready_(registry.AddGauge(Name("ready"),
+                               "1 when the status this daemon last published for its node is Ready, else 0.", {})),
       clique_daemons_(registry.AddGauge(Name("clique_daemons"),
                                         "Entries of this daemon's clique (own included), by status.", {"status"})),
       imex_peers_(registry
@@ -152,7 +150,7 @@ void DaemonMetrics::SetFirstReady(std::chrono::duration<double> since_start) {
   std::call_once(first_ready_once_, [&] { first_ready_seconds_.WithLabels({}).Set(since_start.count()); });
 }
 
-void DaemonMetrics::SetPublishedReady(bool ready) { ready_.Set(ready ? 1 : 0); }
+void DaemonMetrics::SetPublishedReady(bool ready) { ready_.WithLabels({}).Set(ready ? 1 : 0); }
 
 void DaemonMetrics::SetCliqueDaemons(const std::vector<CliqueMember>& members, std::string_view clique_id) {
   const auto ready = std::count_if(members.begin(), members.end(), [&](const CliqueMember& m) {

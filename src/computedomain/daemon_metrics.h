@@ -64,7 +64,9 @@ class DaemonMetrics {
   // sets it; later ones (READY again after a restart) leave it.
   void SetFirstReady(std::chrono::duration<double> since_start);
   // nvdra_compute_domain_daemon_ready: 1 when the status this daemon last
-  // published is Ready.
+  // published is Ready, else 0. No series until the first call (ImexDaemon
+  // makes it at its start), so a daemon on a node without a clique ID,
+  // which runs no IMEX and has nothing to be ready for, never reports 0.
   void SetPublishedReady(bool ready);
   // nvdra_compute_domain_daemon_clique_daemons{status}: the entries of
   // `members` in clique `clique_id`, by status (Ready; NotReady for any
@@ -86,7 +88,7 @@ class DaemonMetrics {
   common::CounterFamily imex_starts_;
   common::Counter imex_reloads_;
   common::GaugeFamily first_ready_seconds_;  // no series until the first READY
-  common::Gauge ready_;
+  common::GaugeFamily ready_;  // no series until SetPublishedReady
   common::GaugeFamily clique_daemons_;
   common::Gauge imex_peers_;
   common::CounterFamily file_writes_;

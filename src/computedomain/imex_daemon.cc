@@ -113,6 +113,7 @@ void ImexDaemon::Wake() {
 
 Status ImexDaemon::Run(std::stop_token stop) {
   run_started_at_ = Clock::now();
+  metrics_->SetPublishedReady(false);  // not ready until a Ready status is published
   RETURN_IF_ERROR(WriteStaticFiles());
   wake_fd_.Reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake_fd_) return common::ErrnoToStatus(errno, "eventfd");

@@ -880,7 +880,10 @@ TEST_F(CdDaemonTest, UnhealthyFabricTurnsTheEntryNotReadyWithItsReasonUntilHealt
 
 TEST_F(CdDaemonTest, EmptyCliqueIdOnlyLabelsThePodAndWaitsForSigterm) {
   auto n = MakeNode("node-noclique", Ip(40));
-  StartDaemon(*n, "c1b2c3d4-0000-4000-8000-000000000003", "");
+  const int metrics_port = FreeLocalPort();
+  ASSERT_GT(metrics_port, 0);
+  StartDaemon(*n, "c1b2c3d4-0000-4000-8000-000000000003", "",
+              {"HTTP_ENDPOINT=127.0.0.1:" + std::to_string(metrics_port)});
   ASSERT_TRUE(Eventually([&] {
     auto pod = env_->client->Get(k8s::resources::kPods, kNamespace, n->pod);
     return pod.ok() && (*pod)["metadata"].contains("labels") &&
@@ -890,6 +893,15 @@ TEST_F(CdDaemonTest, EmptyCliqueIdOnlyLabelsThePodAndWaitsForSigterm) {
   EXPECT_EQ((*pod)["metadata"]["labels"]["resource.nvidia.com/computeDomain.cliqueID"], "");
   EXPECT_FALSE(fs::exists(n->imexd() / "imexd.cfg"));
   EXPECT_FALSE(watch_->Get("c1b2c3d4-0000-4000-8000-000000000003.").has_value());
+  // Metrics without IMEX: process_* and no nvidia-imex, but no readiness
+  // series (nothing to be ready for: the not-ready alert must not fire).
+  httplib::Client http("127.0.0.1", metrics_port);
+  auto scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << "no metrics on port " << metrics_port << Log(*n);
+  EXPECT_NE(scraped->body.find("\nprocess_open_fds "), std::string::npos) << scraped->body;
+  EXPECT_EQ(Sample(scraped->body, "nvdra_compute_domain_daemon_imex_state{state=\"NOT_RUNNING\"}"), 1)
+      << scraped->body;
+  EXPECT_EQ(Sample(scraped->body, "nvdra_compute_domain_daemon_ready"), std::nullopt) << scraped->body;
   ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
   EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
   fs::remove_all(n->dir);

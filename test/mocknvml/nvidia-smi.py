@@ -40,7 +40,8 @@ MIG UUIDs are the mock library's (MigDeviceUuid in context.cc).
 
 Visible GPUs are those whose device node /dev/nvidia<minor> exists, as with a
 real driver in a container: looked up in the driver root this script lies in
-(<root>/dev, every GPU: the host's or a plugin's view), else in /dev (a
+(a folder holding mock-nvml/profile.json; <root>/dev, every GPU: the host's
+or a plugin's view), else in /dev (a
 container's, holding only the devices it was given). GPUs are numbered
 0..n-1 over the visible ones, as real nvidia-smi does in a container. Where
 the driver root has a mock sysfs (make-sysfs.py), GPUs it shows on another
@@ -217,11 +218,17 @@ def main(argv):
     here = os.path.dirname(os.path.realpath(__file__))
     root = os.path.dirname(os.path.dirname(here))  # <root>/usr/bin -> <root>
     profile = load_profile(root)
-    dev_root = root if has_gpu_nodes(root) else "/"
+    # The folder it lies in is a driver root (the host's or a plugin's view)
+    # only when it holds the mock NVML profile: mounted into a container at
+    # /usr/bin/nvidia-smi, <root> is the container's "/", whose /dev holds
+    # the container's devices and whose /sys is no mock sysfs.
+    in_driver_root = os.path.isfile(os.path.join(root, "mock-nvml", "profile.json"))
+    dev_root = root if in_driver_root and has_gpu_nodes(root) else "/"
     gpus = []
     for d in profile.get("devices", []):
         g = merge(profile.get("deviceDefaults", {}), d)
-        if os.path.exists(os.path.join(dev_root, "dev", "nvidia%d" % g["minor"])) and on_nvidia_driver(root, g):
+        if os.path.exists(os.path.join(dev_root, "dev", "nvidia%d" % g["minor"])) and (
+                not in_driver_root or on_nvidia_driver(root, g)):
             gpus.append(g)
     gpus.sort(key=lambda g: g.get("pci", {}).get("busId", ""))
 
@@ -276,7 +283,7 @@ def main(argv):
         state = read_state(state_path) if state_path else {}
         for i, g in indexed:
             print("GPU %d: %s (UUID: %s)" % (i, g.get("name", "NVIDIA GPU"), g.get("uuid")))
-            for n, (profile_name, uuid) in enumerate(mig_devices(g, state, dev_root, dev_root == root)):
+            for n, (profile_name, uuid) in enumerate(mig_devices(g, state, dev_root, in_driver_root and dev_root == root)):
                 print("  MIG %-12s Device %2d: (UUID: %s)" % (profile_name, n, uuid))
         return 0
     if query_fields is not None:

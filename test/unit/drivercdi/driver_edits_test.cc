@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -60,12 +62,22 @@ json Mount(const std::string& host_root, const std::string& path, bool ipc = fal
 
 // The spec-level edits expected for the mock root, host driver root `h`
 // ("" for "/").
+// A character device node as the spec shows it: make-driver-root mknods the
+// real driver's numbers, and a node that is a character device gets its type,
+// numbers and mode from the file (minor 0 is omitted, as in the CDI JSON).
+json CharNode(const std::string& path, const std::string& host_path, int major, int minor) {
+  json node = {{"path", path}, {"hostPath", host_path}, {"type", "c"}, {"major", major}, {"fileMode", 0666}};
+  if (minor != 0) node["minor"] = minor;
+  return node;
+}
+
 json ExpectedCommonEdits(const std::string& h) {
   const std::string lib = "/usr/lib64/";
   const std::string v = kVersion;
   json nodes = json::array();
-  for (const char* n : {"nvidia-modeset", "nvidia-uvm-tools", "nvidia-uvm", "nvidiactl"}) {
-    nodes.push_back({{"path", std::string("/dev/") + n}, {"hostPath", h + "/dev/" + n}});
+  for (const auto& [n, major, minor] : {std::tuple{"nvidia-modeset", 195, 254}, std::tuple{"nvidia-uvm-tools", 508, 1},
+                                        std::tuple{"nvidia-uvm", 508, 0}, std::tuple{"nvidiactl", 195, 255}}) {
+    nodes.push_back(CharNode(std::string("/dev/") + n, h + "/dev/" + n, major, minor));
   }
   json mounts = json::array({
       Mount(h, lib + "libcuda.so." + v),
@@ -139,7 +151,7 @@ TEST(GpuCdi, FullGpuClaimSpecMatchesGolden) {
        {{{"name", "0b7c-uid-gpu-1"},
          {"containerEdits",
           {{"deviceNodes",
-            {{{"path", "/dev/nvidia1"}, {"hostPath", "/run/nvidia/driver/dev/nvidia1"}}}}}}}}},
+            {CharNode("/dev/nvidia1", "/run/nvidia/driver/dev/nvidia1", 195, 1)}}}}}}},
       {"containerEdits", ExpectedCommonEdits("/run/nvidia/driver")}};
   EXPECT_EQ(kubeletplugin::CdiSpecToJson(spec), expected)
       << kubeletplugin::CdiSpecToJson(spec).dump(2);
@@ -171,8 +183,7 @@ TEST(GpuCdi, MigClaimSpecMatchesGolden) {
        {{{"name", "0b7c-uid-gpu-0-mig-1g5gb-1-0"},
          {"containerEdits",
           {{"deviceNodes",
-            {{{"path", "/dev/nvidia0"}, {"hostPath", "/run/nvidia/driver/dev/nvidia0"}}, cap12,
-             cap13}}}}}}},
+            {CharNode("/dev/nvidia0", "/run/nvidia/driver/dev/nvidia0", 195, 0), cap12, cap13}}}}}}},
       {"containerEdits", ExpectedCommonEdits("/run/nvidia/driver")}};
   EXPECT_EQ(kubeletplugin::CdiSpecToJson(spec), expected)
       << kubeletplugin::CdiSpecToJson(spec).dump(2);

@@ -73,6 +73,12 @@ type cdClusterOptions struct {
 	// HelmSet are extra `--set k=v` for helm install (after the test's
 	// values, so they win).
 	HelmSet []string
+	// ValuesFiles come before the test bed's values (which adapt the chart
+	// to simulated nodes and so win), e.g. an upstream user's values file.
+	ValuesFiles []string
+	// BeforeInstall runs once the nodes are up, before helm install (e.g.
+	// to leave CRDs that helm install then keeps).
+	BeforeInstall func(c *cdCluster)
 }
 
 // cdCluster is a started cluster with the chart installed and every
@@ -156,14 +162,20 @@ func startCDCluster(ctx context.Context, t *testing.T, opts cdClusterOptions) *c
 
 	c.ValuesFile = chartValuesFile(t, env)
 	extra := writeValues(t, cdClusterValues)
-	args := []string{"install", chartRelease, setup.chart, "--namespace", chartNamespace, "--create-namespace",
-		"-f", c.ValuesFile, "-f", extra,
+	c.Helm = setup.runner(ctx, t, env.cp.Kubeconfig)
+	if opts.BeforeInstall != nil {
+		opts.BeforeInstall(c)
+	}
+	args := []string{"install", chartRelease, setup.chart, "--namespace", chartNamespace, "--create-namespace"}
+	for _, f := range opts.ValuesFiles {
+		args = append(args, "-f", f)
+	}
+	args = append(args, "-f", c.ValuesFile, "-f", extra,
 		"--set", fmt.Sprintf("resources.gpus.enabled=%t", opts.GPUPlugin),
-		"--set", fmt.Sprintf("webhook.enabled=%t", opts.Webhook)}
+		"--set", fmt.Sprintf("webhook.enabled=%t", opts.Webhook))
 	for _, s := range opts.HelmSet {
 		args = append(args, "--set", s)
 	}
-	c.Helm = setup.runner(ctx, t, env.cp.Kubeconfig)
 	start := time.Now()
 	c.Helm(args...)
 	// Three minutes up to 72 nodes; beyond, 2.5 s more per node: on the

@@ -86,21 +86,9 @@ devices:
 	if err := os.WriteFile(filepath.Join(cdiDir, "k8s.gpu.nvidia.com-claim_uid.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRuntime(Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1", CDIDirs: []string{cdiDir},
+	r, sandbox, sb := runTestSandbox(t, Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1", CDIDirs: []string{cdiDir},
 		ContainersDir: filepath.Join(node, "containers")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
 	ctx := context.Background()
-	sandbox := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
-		LogDirectory: filepath.Join(node, "logs"),
-	}
-	sb, err := r.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandbox})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: "c"},
 		Image:      &runtimeapi.ImageSpec{Image: "busybox"},

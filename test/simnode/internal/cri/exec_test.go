@@ -49,21 +49,9 @@ func startExecFixture(t *testing.T) *execFixture {
 	if err := os.WriteFile(filepath.Join(vol, "f"), []byte("in-volume\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewRuntime(Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1", PodIPPrefix: "10.0.0",
+	r, sandbox, sb := runTestSandbox(t, Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1", PodIPPrefix: "10.0.0",
 		ContainersDir: filepath.Join(node, "containers")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
 	ctx := context.Background()
-	sandbox := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
-		LogDirectory: filepath.Join(node, "logs"),
-	}
-	sb, err := r.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandbox})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: "c"},
 		Image:      &runtimeapi.ImageSpec{Image: "busybox"},
@@ -191,4 +179,24 @@ func TestExecSyncEndsWithContainer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Fatalf("exec of sleep 601 when its container stopped: %v, want a container-exited error", err)
 	}
+}
+
+// runTestSandbox starts a runtime with opts, stopped with the test, and runs
+// pod sandbox ns/p in it, logging below opts.NodeDir/logs.
+func runTestSandbox(t *testing.T, opts Options) (*Runtime, *runtimeapi.PodSandboxConfig, *runtimeapi.RunPodSandboxResponse) {
+	t.Helper()
+	r, err := NewRuntime(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	sandbox := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
+		LogDirectory: filepath.Join(opts.NodeDir, "logs"),
+	}
+	sb, err := r.RunPodSandbox(context.Background(), &runtimeapi.RunPodSandboxRequest{Config: sandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, sandbox, sb
 }

@@ -89,21 +89,9 @@ func TestImageFolderIsTheContainerRoot(t *testing.T) {
 	if fileExists(marker) {
 		t.Fatalf("%s exists on this machine already", marker)
 	}
-	r, err := NewRuntime(Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1",
+	r, sandbox, sb := runTestSandbox(t, Options{NodeName: "n", NodeDir: node, NodeIP: "127.0.0.1",
 		ContainersDir: filepath.Join(node, "containers"), Images: map[string]string{"example.test/image": image}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
 	ctx := context.Background()
-	sandbox := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u"},
-		LogDirectory: filepath.Join(node, "logs"),
-	}
-	sb, err := r.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sandbox})
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
 		Image:    &runtimeapi.ImageSpec{Image: "example.test/image:v1"},

@@ -3,7 +3,9 @@ package harness
 import (
 	"bufio"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -43,7 +45,8 @@ func StartControlPlane(dir string) (*ControlPlane, error) {
 	if err != nil || !strings.HasPrefix(line, "ready ") {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("control plane in %s did not start (logs in %s/logs): %q %v", dir, dir, line, err)
+		// The caller's cleanup usually removes dir: keep what the servers said.
+		return nil, fmt.Errorf("control plane in %s did not start: %q %v%s", dir, line, err, logTails(filepath.Join(dir, "logs"), 15))
 	}
 	cp.Kubeconfig = strings.TrimSpace(strings.TrimPrefix(line, "ready "))
 	go func() { _ = cmd.Wait(); close(cp.exited) }()
@@ -97,4 +100,25 @@ func (cp *ControlPlane) Stop() {
 		_ = cp.cmd.Process.Kill()
 		<-cp.exited
 	}
+}
+
+// logTails is the last n lines of each log in dir, for an error message.
+func logTails(dir string, n int) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Sprintf("\n(no logs in %s: %v)", dir, err)
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if e.IsDir() || err != nil || len(data) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > n {
+			lines = lines[len(lines)-n:]
+		}
+		fmt.Fprintf(&b, "\n--- last lines of %s:\n%s", filepath.Join(dir, e.Name()), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }

@@ -125,13 +125,23 @@ func recordDomainStatus(ctx context.Context, c *cdCluster, cd *computeDomain) *d
 	}
 	go func() {
 		defer close(r.done)
+		// A CRD change can fail a read or a watch: try again after a pause
+		// (a retry delay, not a wait for an event), until stopped.
+		retry := func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 		for ctx.Err() == nil {
 			u, err := res.Get(ctx, cd.name, metav1.GetOptions{})
 			if err != nil {
-				continue // the API server is there; a CRD change can fail one read
+				retry()
+				continue
 			}
 			w, err := res.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + cd.name, ResourceVersion: note(u)})
 			if err != nil {
+				retry()
 				continue
 			}
 			for ev := range w.ResultChan() {

@@ -211,19 +211,28 @@ def gpu_sharing_mps(path, results):
 
 def cd_scale(path, results):
     """test/simnode TestComputeDomainScaleBench (SIMNODE_CD_SCALE_OUT): one JSON line per figure and node
-    count; cd_scale.<N>.<name>, the median where a size ran more than once."""
+    count; cd_scale.<N>.<name>, the median where a size ran more than once. The floor's time to all workers
+    Running (the same workload shape with the test driver, same nodes, same run) is the peer of ours. Lines
+    of "bench": "cd_scale_run" (a whole run, for bench/cd_cost_model.py) are not figures."""
     figures, units = {}, {}
     with open(path) as f:
         for line in f:
             line = line.strip()
             if line:
                 item = json.loads(line)
+                if item.get("bench") != "cd_scale":
+                    continue
                 key = (item["nodes"], item["name"])
                 figures.setdefault(key, []).append(item["value"])
                 units[key] = item["unit"]
-    for (nodes, name), values in sorted(figures.items()):
-        results.append({"name": f"cd_scale.{nodes}.{name}", "value": round(statistics.median(values), 3),
-                        "unit": units[(nodes, name)], "better": "lower"})
+    medians = {key: round(statistics.median(values), 3) for key, values in figures.items()}
+    for (nodes, name), value in sorted(medians.items()):
+        entry = {"name": f"cd_scale.{nodes}.{name}", "value": value, "unit": units[(nodes, name)], "better": "lower"}
+        prefix, _, base = name.rpartition(".")
+        floor = (nodes, (prefix + "." if prefix else "") + "floor_" + base)
+        if base == "submit_to_all_running_s" and floor in medians:
+            entry["peer"], entry["peer_value"] = "floor (test driver, no IMEX)", medians[floor]
+        results.append(entry)
 
 
 def main():

@@ -20,6 +20,9 @@ Inputs (in the raw directory given as argv[1]):
   cd_scale.jsonl             test/simnode TestComputeDomainScaleBench: a ComputeDomain workload on N
                              simulated nodes, submission to prepared/Running/Ready and API requests
                              (JSON lines {"bench":"cd_scale","nodes","name","value","unit"})
+  cd_many.jsonl              test/simnode TestComputeDomainManyBench: many ComputeDomains, 8 of 9 nodes at once
+                             and 100 on 18 nodes one after another (cd_many.<mode>.<name>; JSON lines
+                             {"bench":"cd_many","mode","shape","name","value","unit"})
 
 A Google Benchmark may name a peer for a figure with a user counter called
 "peer_<counter>" and the label "peer=<who>"; it is copied into peer fields.
@@ -235,6 +238,28 @@ def cd_scale(path, results):
         results.append(entry)
 
 
+def cd_many(path, results):
+    """test/simnode TestComputeDomainManyBench (SIMNODE_CD_MANY_OUT): one JSON line per figure and mode
+    ("concurrent": domains submitted at once, "serial": one after another); cd_many.<mode>.<name>, or
+    cd_many.<mode>.<shape>.<name> for a shape other than scripts/bench's (8x9, 100x18), the median where a
+    figure came more than once."""
+    default_shapes = {"concurrent": "8x9", "serial": "100x18"}
+    figures, units = {}, {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                item = json.loads(line)
+                mode, shape = item["mode"], item.get("shape", "")
+                prefix = f"cd_many.{mode}." if shape in ("", default_shapes.get(mode)) else f"cd_many.{mode}.{shape}."
+                key = prefix + item["name"]
+                figures.setdefault(key, []).append(item["value"])
+                units[key] = item["unit"]
+    for name, values in sorted(figures.items()):
+        results.append({"name": name, "value": round(statistics.median(values), 4), "unit": units[name],
+                        "better": "lower"})
+
+
 def main():
     raw, out = sys.argv[1], sys.argv[2]
     results = []
@@ -259,6 +284,8 @@ def main():
         cd_e2e(os.path.join(raw, "cd_e2e.jsonl"), results)
     if os.path.exists(os.path.join(raw, "cd_scale.jsonl")):
         cd_scale(os.path.join(raw, "cd_scale.jsonl"), results)
+    if os.path.exists(os.path.join(raw, "cd_many.jsonl")):
+        cd_many(os.path.join(raw, "cd_many.jsonl"), results)
     if os.path.exists(os.path.join(raw, "simnode_scale.json")):
         simnode_scale(os.path.join(raw, "simnode_scale.json"), results)
     start = os.path.join(raw, "control_plane_start.txt")

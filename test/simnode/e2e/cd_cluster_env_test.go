@@ -79,6 +79,9 @@ type cdClusterOptions struct {
 	// BeforeInstall runs once the nodes are up, before helm install (e.g.
 	// to leave CRDs that helm install then keeps).
 	BeforeInstall func(c *cdCluster)
+	// TestDriver makes the test driver's image (simnode-test-driver, see
+	// installTestDriver) runnable on the nodes.
+	TestDriver bool
 }
 
 // cdCluster is a started cluster with the chart installed and every
@@ -130,6 +133,11 @@ func startCDCluster(ctx context.Context, t *testing.T, opts cdClusterOptions) *c
 	hopts := harness.Options{
 		Images:      map[string]string{chartImage: setup.image},
 		GPUProfiles: map[string]string{},
+	}
+	if opts.TestDriver {
+		driver, err := harness.DefaultBinary("simnode-test-driver")
+		must(t, "test driver", err)
+		hopts.Images[driverImage] = driver
 	}
 	for i, count := range opts.Cliques {
 		if count <= 0 {

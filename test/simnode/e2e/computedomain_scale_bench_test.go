@@ -90,22 +90,29 @@ func TestComputeDomainScaleBench(t *testing.T) {
 	}
 	// Inherited by each size's cluster-launcher.
 	t.Setenv(harness.EnvAuditLog, "1")
+	floor := os.Getenv("SIMNODE_CD_SCALE_FLOOR") != "0"
 	var results []cdScaleResult
+	runs := map[int]int{} // size -> runs so far
 	for _, n := range sizes {
+		// The floor and ours take turns going first over a size's runs, so
+		// that neither always runs on the other's leftovers.
+		floorFirst := runs[n]%2 == 0
+		runs[n]++
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
-			r := runCDScale(t, n, perClique, idle)
+			r := runCDScale(t, n, perClique, idle, floor, floorFirst)
 			r.print()
 			r.write(t)
 			results = append(results, r)
 		})
 	}
-	fmt.Println("cd scale summary (s from submission; requests in that window):")
-	fmt.Printf("  | %6s %8s %10s %9s %10s %9s %10s %11s %10s %10s %9s\n", "nodes", "cliques", "prepared", "running",
-		"daemons", "cd ready", "requests", "node side", "per node", "controller", "machine")
+	fmt.Println("cd scale summary (s from submission; requests in that window; floor: the same shape with the test driver):")
+	fmt.Printf("  | %6s %8s %10s %9s %8s %7s %10s %9s %10s %11s %10s %10s %9s\n", "nodes", "cliques", "prepared", "running",
+		"floor", "ratio", "daemons", "cd ready", "requests", "node side", "driver/n", "controller", "machine")
 	for _, r := range results {
-		fmt.Printf("  | %6d %8d %10.2f %9.2f %10.2f %9.2f %10d %11d %10.1f %10d %9s\n", r.Nodes, r.Cliques, r.Prepared.Seconds(),
-			r.Running.Seconds(), r.DaemonsReady.Seconds(), r.CDReady.Seconds(), r.Audit.total(),
-			r.Audit.nodeSide(), float64(r.Audit.nodeSide())/float64(r.Nodes), r.Audit.byClient["controller"], r.LoadAvg)
+		fmt.Printf("  | %6d %8d %10.2f %9.2f %8.2f %7.2f %10.2f %9.2f %10d %11d %10.1f %10d %9s\n", r.Nodes, r.Cliques,
+			r.Prepared.Seconds(), r.Running.Seconds(), r.Floor.Running.Seconds(), r.ratioToFloor(), r.DaemonsReady.Seconds(),
+			r.CDReady.Seconds(), r.Audit.total(), r.Audit.nodeSide(), r.driverRequestsPerNode(),
+			r.Audit.byClient["controller"], r.LoadAvg)
 	}
 }
 
@@ -141,6 +148,11 @@ type cdScaleResult struct {
 	// kube-controller-manager's and kube-scheduler's client QPS
 	// (CLUSTER_CONTROLLER_QPS for the launcher; "default": 20 and 50).
 	ControlPlaneQPS string
+	// Floor is the floor's run on the same cluster (FloorRan false when
+	// SIMNODE_CD_SCALE_FLOOR=0), before ours when FloorFirst.
+	Floor      floorResult
+	FloorRan   bool
+	FloorFirst bool
 }
 
 // auditCounts are requests counted from the audit log, per client group
@@ -175,24 +187,72 @@ func (a auditCounts) nodeSide() int {
 	return n
 }
 
+// driverClients are the client groups of the driver's own components.
+var driverClients = []string{"cd-plugin", "cd-daemon", "controller"}
+
+// driverRejections counts the answers 409 (conflict) and 429 (too many
+// requests) the API server gave the driver's components.
+func (a auditCounts) driverRejections() int {
+	n := 0
+	for _, c := range driverClients {
+		for what, count := range a.failed[c] {
+			if strings.HasSuffix(what, " 409") || strings.HasSuffix(what, " 429") {
+				n += count
+			}
+		}
+	}
+	return n
+}
+
+// ratioToFloor is ours over the floor, submission to all workers Running
+// (0 without a floor run).
+func (r cdScaleResult) ratioToFloor() float64 {
+	if !r.FloorRan || r.Floor.Running <= 0 {
+		return 0
+	}
+	return r.Running.Seconds() / r.Floor.Running.Seconds()
+}
+
+// driverRequestsPerNode is the requests of the driver's components (the
+// plugins, the daemons, the controller) in the window, per node.
+func (r cdScaleResult) driverRequestsPerNode() float64 {
+	n := 0
+	for _, c := range driverClients {
+		n += r.Audit.byClient[c]
+	}
+	return float64(n) / float64(r.Nodes)
+}
+
 func (a auditCounts) controlPlane() int {
 	return a.byClient["kube-controller-manager"] + a.byClient["kube-scheduler"] + a.byClient["kube-apiserver"]
 }
 
-func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResult {
+func runCDScale(t *testing.T, n, perClique int, idle time.Duration, floor, floorFirst bool) cdScaleResult {
 	// 20 minutes, and 5 s more per node: starting the plugin pods alone takes
-	// ~2.5 s per node at 256 nodes on two cores.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute+time.Duration(n)*5*time.Second)
+	// ~2.5 s per node at 256 nodes on two cores. SIMNODE_CD_SCALE_TIMEOUT
+	// sets it instead (a try at a size this machine may not manage).
+	limit := 20*time.Minute + time.Duration(n)*5*time.Second
+	if v := os.Getenv("SIMNODE_CD_SCALE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("SIMNODE_CD_SCALE_TIMEOUT=%q: want a duration, e.g. 15m", v)
+		}
+		limit = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	var cliques []int
 	for left := n; left > 0; left -= perClique {
 		cliques = append(cliques, min(left, perClique))
 	}
 	start := time.Now()
-	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: cliques})
+	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: cliques, TestDriver: floor})
+	if floor {
+		installFloorDriver(ctx, t, c.Client, n)
+	}
 	t.Logf("%d nodes in cliques %v: cluster up in %.1f s", n, cliques, time.Since(start).Seconds())
 	checkPluginWatchers(t, c.Env)
-	r := cdScaleResult{Nodes: n, Cliques: len(cliques), IdleWindow: idle}
+	r := cdScaleResult{Nodes: n, Cliques: len(cliques), IdleWindow: idle, FloorRan: floor, FloorFirst: floorFirst}
 
 	// This test's own client: no client-side limit (client-go's default of
 	// 5 per second would make submitting N pods the slowest part), and a
@@ -204,8 +264,11 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 	must(t, "client", err)
 	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cdScaleNamespace}}))
-	rec := startScaleRecorder(t, c, client, n)
 	auditPath := c.Env.cp.AuditLogPath()
+	if floor && floorFirst {
+		r.Floor = runFloor(ctx, t, c, client, auditPath)
+	}
+	rec := startScaleRecorder(t, c, client, n, cdScaleWorkload)
 
 	// Idle: what the cluster asks of the API server with nothing to do (a
 	// measuring window, not a synchronisation).
@@ -285,6 +348,9 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration) cdScaleResul
 
 	r.Idle = countAudit(t, auditPath, idleFrom, idleTo)
 	r.Audit = countAudit(t, auditPath, t0, done)
+	if floor && !floorFirst {
+		r.Floor = runFloor(ctx, t, c, client, auditPath)
+	}
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
 		r.LoadAvg = strings.Join(strings.Fields(string(data))[:3], " ")
 	}
@@ -370,6 +436,7 @@ func checkPluginWatchers(t *testing.T, env *environment) {
 // Safe for concurrent use.
 type scaleRecorder struct {
 	n int
+	w scaleWorkload
 
 	mu         sync.Mutex
 	changed    chan struct{}                   // closed and replaced on every change
@@ -380,9 +447,22 @@ type scaleRecorder struct {
 	cdStatus   cdStatus
 }
 
-func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface, n int) *scaleRecorder {
+// scaleWorkload says which pods a scaleRecorder follows: ours (the
+// domain's workers and the controller's IMEX daemons) or the floor's
+// (computedomain_floor_bench_test.go: the same shape without a domain).
+type scaleWorkload struct {
+	workerNamespace string
+	daemonNamespace string
+	daemonLabel     string // a daemon pod has this label (any value)
+	domain          bool   // also wait for the domain cdScaleDomain to be Ready
+}
+
+var cdScaleWorkload = scaleWorkload{workerNamespace: cdScaleNamespace, daemonNamespace: chartNamespace,
+	daemonLabel: cdLabelKey, domain: true}
+
+func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface, n int, w scaleWorkload) *scaleRecorder {
 	t.Helper()
-	rec := &scaleRecorder{n: n, changed: make(chan struct{}), stages: map[string]map[string]time.Time{}}
+	rec := &scaleRecorder{n: n, w: w, changed: make(chan struct{}), stages: map[string]map[string]time.Time{}}
 	for _, s := range cdScaleStages {
 		rec.stages[s] = map[string]time.Time{}
 	}
@@ -404,7 +484,7 @@ func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface,
 	must(t, "node handler", err)
 	templates := factory.Resource().V1().ResourceClaimTemplates().Informer()
 	_, err = templates.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
-		if tmpl, ok := obj.(*resourceapi.ResourceClaimTemplate); ok && tmpl.Namespace == cdScaleNamespace {
+		if tmpl, ok := obj.(*resourceapi.ResourceClaimTemplate); ok && tmpl.Namespace == w.workerNamespace {
 			rec.note(func() {
 				if rec.templateAt.IsZero() {
 					rec.templateAt = time.Now()
@@ -467,11 +547,13 @@ func (rec *scaleRecorder) onPod(obj any) {
 		return
 	}
 	now := time.Now()
+	daemon := p.Namespace == rec.w.daemonNamespace && p.Labels[rec.w.daemonLabel] != ""
+	worker := !daemon && p.Namespace == rec.w.workerNamespace
 	if node := intendedNode(p); node != "" {
 		switch {
-		case p.Namespace == cdScaleNamespace && len(p.Status.ResourceClaimStatuses) > 0:
+		case worker && len(p.Status.ResourceClaimStatuses) > 0:
 			rec.note(func() { rec.markLocked(stageWorkerClaim, node, now) })
-		case p.Namespace == chartNamespace && p.Labels[cdLabelKey] != "":
+		case daemon:
 			rec.note(func() {
 				rec.markLocked(stageDaemonCreated, node, now)
 				if len(p.Status.ResourceClaimStatuses) > 0 {
@@ -485,14 +567,14 @@ func (rec *scaleRecorder) onPod(obj any) {
 	}
 	node := p.Spec.NodeName
 	switch {
-	case p.Namespace == cdScaleNamespace:
+	case worker:
 		rec.note(func() {
 			rec.markLocked(stageWorkerScheduled, node, now)
 			if p.Status.Phase == corev1.PodRunning {
 				rec.markLocked(stageWorkerRunning, node, now)
 			}
 		})
-	case p.Namespace == chartNamespace && p.Labels[cdLabelKey] != "":
+	case daemon:
 		rec.note(func() {
 			rec.markLocked(stageDaemonScheduled, node, now)
 			if p.Status.Phase == corev1.PodRunning {
@@ -599,7 +681,9 @@ func lastOf(times map[string]time.Time) time.Time {
 // moment the last of these was seen.
 func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDomain, t0 time.Time) time.Time {
 	t.Helper()
-	rec.note(func() { rec.cdUID = string(cd.uid) }) // its label may come before the informer's event
+	if cd != nil {
+		rec.note(func() { rec.cdUID = string(cd.uid) }) // its label may come before the informer's event
+	}
 	for {
 		rec.mu.Lock()
 		running, ready := len(rec.stages[stageWorkerRunning]), len(rec.stages[stageDaemonReady])
@@ -611,7 +695,7 @@ func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDom
 			}
 		}
 		rec.mu.Unlock()
-		if running == rec.n && ready == rec.n && !cdReady.IsZero() {
+		if running == rec.n && ready == rec.n && (!rec.w.domain || !cdReady.IsZero()) {
 			return last
 		}
 		select {
@@ -619,6 +703,9 @@ func (rec *scaleRecorder) wait(ctx context.Context, t *testing.T, cd *computeDom
 			for _, st := range rec.stageFigures(t0) {
 				t.Logf("stage %-18s reached on %d of %d nodes, median %.2f s, last %.2f s from the submission",
 					st.Stage, st.Nodes, rec.n, st.P50.Seconds(), st.Last.Seconds())
+			}
+			if cd == nil {
+				t.Fatalf("%s on %d nodes: %d workers Running, %d daemons Ready: %v", rec.w.workerNamespace, rec.n, running, ready, ctx.Err())
 			}
 			t.Fatalf("domain %s/%s on %d nodes: %d workers Running, %d daemons Ready, domain status %q with %d nodes: %v",
 				cd.namespace, cd.name, rec.n, running, ready, status.Status, len(status.Nodes), ctx.Err())
@@ -740,6 +827,8 @@ func auditClient(e *auditEvent) (client, node string) {
 		return "kube-scheduler", ""
 	case user == "system:kube-controller-manager" || strings.HasPrefix(user, "system:serviceaccount:kube-system:"):
 		return "kube-controller-manager", ""
+	case strings.HasPrefix(user, "system:serviceaccount:"+floorDriverNamespace+":"):
+		return "floor-driver", node
 	case strings.HasPrefix(user, "system:serviceaccount:"+chartNamespace+":"):
 		sa := strings.TrimPrefix(user, "system:serviceaccount:"+chartNamespace+":")
 		switch {
@@ -896,6 +985,20 @@ func (r cdScaleResult) print() {
 		metricsTotal, topCounts(asInt, 12))
 	fmt.Printf("  idle before (%s): %d requests, %.2f per node per second on the node side\n", s(r.IdleWindow),
 		r.Idle.total(), float64(r.Idle.nodeSide())/float64(r.Nodes)/r.IdleWindow.Seconds())
+	fmt.Printf("  driver: %.2f requests per node (plugin %.2f, daemon %.2f, controller %.2f); %d answers 409 or 429; "+
+		"controller CPU %.3f s per node; domain Ready %s after the last channel prepared\n", r.driverRequestsPerNode(),
+		float64(r.Audit.byClient["cd-plugin"])/float64(r.Nodes), float64(r.Audit.byClient["cd-daemon"])/float64(r.Nodes),
+		float64(r.Audit.byClient["controller"])/float64(r.Nodes), r.Audit.driverRejections(),
+		r.CPU["compute-domain-controller"]/float64(r.Nodes), s(r.CDReady-r.Prepared))
+	if r.FloorRan {
+		order := "after ours"
+		if r.FloorFirst {
+			order = "before ours"
+		}
+		fmt.Printf("  floor run %s:\n", order)
+		r.Floor.print(r.Nodes)
+		fmt.Printf("  ratio to the floor (workers Running): %.2f\n", r.ratioToFloor())
+	}
 }
 
 // topCounts renders the largest counts as "VERB resource=N, ...".
@@ -950,6 +1053,42 @@ func (r cdScaleResult) write(t *testing.T) {
 	emit("api_requests_controller", float64(r.Audit.byClient["controller"]), "requests")
 	emit("api_requests_control_plane", float64(r.Audit.controlPlane()), "requests")
 	emit("idle_api_requests_per_node_per_s", float64(r.Idle.nodeSide())/float64(r.Nodes)/r.IdleWindow.Seconds(), "requests/s")
+	emit("cd_ready_after_last_prepared_s", round(r.CDReady-r.Prepared), "s")
+	emit("api_requests_driver_per_node", r.driverRequestsPerNode(), "requests")
+	for _, c := range driverClients {
+		emit("api_requests_"+strings.ReplaceAll(c, "-", "_")+"_per_node", float64(r.Audit.byClient[c])/float64(r.Nodes), "requests")
+	}
+	emit("driver_409_429_answers", float64(r.Audit.driverRejections()), "answers")
+	emit("controller_failed_reconciles", float64(r.ControllerRetries), "reconciles")
+	emit("controller_cpu_s_per_node", r.CPU["compute-domain-controller"]/float64(r.Nodes), "s")
+	if r.FloorRan {
+		emit("floor_submit_to_all_running_s", round(r.Floor.Running), "s")
+		emit("floor_submit_to_daemons_ready_s", round(r.Floor.DaemonsReady), "s")
+		emit("ratio_to_floor", float64(int(r.ratioToFloor()*1000+0.5))/1000, "x")
+	}
+	// The whole run for the cost model (bench/cd_cost_model.py): stages,
+	// requests by client and CPU seconds by program, ours and the floor's.
+	run := map[string]any{"bench": "cd_scale_run", "nodes": r.Nodes, "control_plane_qps": r.ControlPlaneQPS,
+		"window_s": r.Window.Seconds(), "running_s": r.Running.Seconds(), "requests": r.Audit.byClient,
+		"cpu_s": r.CPU, "stages": stageMap(r.Stages), "load": r.LoadAvg}
+	if r.FloorRan {
+		run["floor"] = map[string]any{"window_s": r.Floor.Window.Seconds(), "running_s": r.Floor.Running.Seconds(),
+			"requests": r.Floor.Audit.byClient, "cpu_s": r.Floor.CPU, "stages": stageMap(r.Floor.Stages),
+			"first": r.FloorFirst}
+	}
+	line, _ := json.Marshal(run)
+	fmt.Fprintln(f, string(line))
+}
+
+// stageMap is the stages' median and last times (s), by stage name.
+func stageMap(stages []stageFigure) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for _, st := range stages {
+		if st.Nodes > 0 {
+			out[st.Stage] = map[string]float64{"p50_s": st.P50.Seconds(), "last_s": st.Last.Seconds(), "nodes": float64(st.Nodes)}
+		}
+	}
+	return out
 }
 
 // cpuByProgram sums user+system CPU time (s) of every process on this

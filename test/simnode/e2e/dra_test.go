@@ -89,20 +89,39 @@ func TestDRAPathOnSimulatedNodes(t *testing.T) {
 
 func createTestDriver(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	t.Helper()
-	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
-	must(t, "service account", create(ctx, client.CoreV1().ServiceAccounts(namespace),
+	installTestDriver(ctx, t, client, testDriverOptions{Namespace: namespace, DriverName: driverName})
+}
+
+// testDriverOptions say where the test driver (simnode-test-driver) runs
+// and what it publishes.
+type testDriverOptions struct {
+	Namespace  string // made here; holds its service account and DaemonSet
+	DriverName string // its DRA driver name, and the name of the DeviceClass of its devices
+	Devices    int    // devices per node; 0: the driver's default (2)
+}
+
+// installTestDriver runs the test driver as a DaemonSet on every node, with
+// a DeviceClass selecting its devices.
+func installTestDriver(ctx context.Context, t *testing.T, client kubernetes.Interface, o testDriverOptions) {
+	t.Helper()
+	must(t, "namespace", create(ctx, client.CoreV1().Namespaces(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}))
+	must(t, "service account", create(ctx, client.CoreV1().ServiceAccounts(o.Namespace),
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "test-driver"}}))
 	must(t, "cluster role binding", create(ctx, client.RbacV1().ClusterRoleBindings(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "simnode-test-driver"},
+		ObjectMeta: metav1.ObjectMeta{Name: "simnode-test-driver-" + o.Namespace},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "test-driver", Namespace: namespace}},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "test-driver", Namespace: o.Namespace}},
 	}))
 	hostPath := func(name, path string) corev1.Volume {
 		dirOrCreate := corev1.HostPathDirectoryOrCreate
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &dirOrCreate}}}
 	}
+	args := []string{"-v=2", "--driver-name=" + o.DriverName}
+	if o.Devices > 0 {
+		args = append(args, fmt.Sprintf("--devices=%d", o.Devices))
+	}
 	labels := map[string]string{"app": "simnode-test-driver"}
-	must(t, "daemonset", create(ctx, client.AppsV1().DaemonSets(namespace), &appsv1.DaemonSet{
+	must(t, "daemonset", create(ctx, client.AppsV1().DaemonSets(o.Namespace), &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "test-driver"},
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -113,7 +132,7 @@ func createTestDriver(ctx context.Context, t *testing.T, client kubernetes.Inter
 					Containers: []corev1.Container{{
 						Name:  "plugin",
 						Image: driverImage + ":v1",
-						Args:  []string{"-v=2"},
+						Args:  args,
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}},
 						VolumeMounts: []corev1.VolumeMount{
@@ -132,9 +151,9 @@ func createTestDriver(ctx context.Context, t *testing.T, client kubernetes.Inter
 		},
 	}))
 	must(t, "device class", create(ctx, client.ResourceV1().DeviceClasses(), &resourceapi.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: driverName},
+		ObjectMeta: metav1.ObjectMeta{Name: o.DriverName},
 		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driverName)}}}},
+			CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", o.DriverName)}}}},
 	}))
 }
 

@@ -118,6 +118,7 @@ common::StatusOr<std::unique_ptr<cache::WatchStream>> RestListWatch::Watch(
   watch.label_selector = options.label_selector;
   watch.field_selector = options.field_selector;
   watch.allow_bookmarks = options.allow_bookmarks;
+  watch.send_initial_events = options.send_initial_events;
   if (options.timeout.count() > 0) watch.timeout_seconds = static_cast<int>(options.timeout.count());
   ApiResult<std::unique_ptr<k8s::WatchStream>> stream = client_.Watch(resource_, namespace_, watch, stop);
   if (!stream.ok()) return stream.status();

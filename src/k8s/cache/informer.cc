@@ -30,6 +30,16 @@ class LazyObject {
   ObjectPtr object_;
 };
 
+// The bookmark that ends a streaming list's initial events.
+bool IsInitialEventsEnd(const nlohmann::json& bookmark) {
+  const auto metadata = bookmark.find("metadata");
+  if (metadata == bookmark.end() || !metadata->is_object()) return false;
+  const auto annotations = metadata->find("annotations");
+  if (annotations == metadata->end() || !annotations->is_object()) return false;
+  const auto end = annotations->find("k8s.io/initial-events-end");
+  return end != annotations->end() && end->is_string() && end->get<std::string>() == "true";
+}
+
 }  // namespace
 
 Informer::Informer(std::unique_ptr<ListWatch> list_watch, InformerOptions options)
@@ -104,6 +114,29 @@ void Informer::RunWatchLoop(std::stop_token stop) {
   bool list_from_cache = options_.first_list_from_watch_cache;
   workqueue::TimePoint listed_at;
   while (!stop.stop_requested()) {
+    if (!resource_version && options_.streaming_list && !streaming_refused_) {
+      std::string streamed;
+      const WatchOutcome outcome = WatchOnce(streamed, stop, /*initial_events=*/true);
+      if (!streamed.empty()) resource_version = streamed;
+      switch (outcome) {
+        case WatchOutcome::kStopped:
+          return;
+        case WatchOutcome::kRefused:
+          streaming_refused_ = true;  // list and watch from now on
+          break;
+        case WatchOutcome::kEnded:
+          break;  // watch on from the streamed version, or stream again
+        case WatchOutcome::kGone:
+          // Rare after a consistent read; stream again, but not in a hot loop.
+          resource_version.reset();
+          if (!workqueue::SleepUntil(clock_, clock_.Now() + backoff_.Next(), stop)) return;
+          break;
+        case WatchOutcome::kFailed:
+          if (!workqueue::SleepUntil(clock_, clock_.Now() + backoff_.Next(), stop)) return;
+          break;
+      }
+      continue;
+    }
     if (!resource_version) {
       resource_version = ListOnce(stop, list_from_cache);
       if (!resource_version) {
@@ -133,6 +166,7 @@ void Informer::RunWatchLoop(std::stop_token stop) {
         }
         break;
       case WatchOutcome::kFailed:
+      case WatchOutcome::kRefused:  // only a streaming list is refused
         if (!workqueue::SleepUntil(clock_, clock_.Now() + backoff_.Next(), stop)) return;
         break;
     }
@@ -177,12 +211,16 @@ std::optional<std::string> Informer::ListOnce(std::stop_token stop, bool from_ca
   return resource_version;
 }
 
-Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::stop_token stop) {
+Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::stop_token stop,
+                                           bool initial_events) {
   WatchOptions watch_options;
   watch_options.label_selector = options_.label_selector;
   watch_options.field_selector = options_.field_selector;
   watch_options.resource_version = resource_version;
   watch_options.allow_bookmarks = true;
+  watch_options.send_initial_events = initial_events;
+  // The streaming list's objects, until the bookmark that ends them.
+  Replaced initial;
   const auto base = options_.watch_timeout.count();
   watch_options.timeout = std::chrono::seconds(
       base + static_cast<std::int64_t>(static_cast<double>(base) * DrawRandom()));
@@ -191,6 +229,11 @@ Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::s
   if (stop.stop_requested()) return WatchOutcome::kStopped;
   if (!stream.ok()) {
     if (IsGone(stream.status())) return WatchOutcome::kGone;
+    if (initial_events && stream.status().code() == common::StatusCode::kInvalidArgument) {
+      LOG_INFO(1, "the API server does not serve streaming lists; listing and watching",
+               {{"informer", options_.description}, {"err", stream.status()}});
+      return WatchOutcome::kRefused;
+    }
     LOG_WARNING("watch failed", {{"informer", options_.description}, {"err", stream.status()}});
     return WatchOutcome::kFailed;
   }
@@ -218,12 +261,47 @@ Informer::WatchOutcome Informer::WatchOnce(std::string& resource_version, std::s
     if (event.type == WatchEventType::kError) {
       const common::Status status = WatchErrorToStatus(event.object);
       if (IsGone(status)) return WatchOutcome::kGone;
+      if (initial_events && status.code() == common::StatusCode::kInvalidArgument) {
+        LOG_INFO(1, "the API server does not serve streaming lists; listing and watching",
+                 {{"informer", options_.description}, {"err", status}});
+        return WatchOutcome::kRefused;
+      }
       LOG_WARNING("watch error event", {{"informer", options_.description}, {"err", status}});
       return WatchOutcome::kFailed;
     }
     delivered = true;
     backoff_.Reset();
     std::string event_version = ObjectResourceVersion(event.object);
+    if (initial_events) {
+      if (event.type == WatchEventType::kBookmark) {
+        if (!IsInitialEventsEnd(event.object)) continue;
+        if (event_version.empty()) {
+          LOG_WARNING("streaming list ended without a resourceVersion", {{"informer", options_.description}});
+          return WatchOutcome::kFailed;
+        }
+        initial.items.shrink_to_fit();
+        initial.resource_version = event_version;
+        LOG_INFO(3, "listed (streaming)", {{"informer", options_.description},
+                                          {"objects", initial.items.size()},
+                                          {"resourceVersion", event_version}});
+        Enqueue(std::move(initial));
+        initial_events = false;
+        resource_version = std::move(event_version);
+        continue;
+      }
+      if (event.type != WatchEventType::kAdded) {
+        LOG_WARNING("streaming list sent a change before its end", {{"informer", options_.description},
+                                                                    {"type", WatchEventTypeName(event.type)}});
+        return WatchOutcome::kFailed;
+      }
+      common::StatusOr<std::string> key = ObjectKey(event.object);
+      if (!key.ok()) {
+        LOG_WARNING("list item skipped", {{"informer", options_.description}, {"err", key.status()}});
+        continue;
+      }
+      initial.items.push_back(store_.Prepare(*std::move(key), event.object));
+      continue;
+    }
     if (!event_version.empty()) resource_version = event_version;
     if (event.type == WatchEventType::kBookmark) {
       if (!event_version.empty()) Enqueue(Bookmarked{std::move(event_version)});

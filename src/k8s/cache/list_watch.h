@@ -65,8 +65,15 @@ struct ListVisitor {
 struct WatchOptions {
   std::string label_selector;
   std::string field_selector;
-  std::string resource_version;  // start after this version; never empty from an informer
+  // Start after this version; never empty from an informer, except for a
+  // streaming list.
+  std::string resource_version;
   bool allow_bookmarks = true;   // allowWatchBookmarks=true
+  // A streaming list (WatchList): the server first sends every object as
+  // ADDED, then a BOOKMARK annotated k8s.io/initial-events-end, then the
+  // changes (sendInitialEvents=true, resourceVersionMatch=NotOlderThan,
+  // resource_version empty: a consistent read).
+  bool send_initial_events = false;
   // timeoutSeconds=; zero leaves it to the server.
   std::chrono::seconds timeout{0};
 };

@@ -82,6 +82,90 @@ TEST(InformerTest, ListsThenWatchesFromTheListVersionAndDeliversEvents) {
   EXPECT_EQ(informer.store().Get("ns/b"), nullptr);
 }
 
+// The bookmark that ends a streaming list's initial events.
+nlohmann::json InitialEventsEnd(const std::string& rv) {
+  nlohmann::json bookmark = Bookmark(rv);
+  bookmark["metadata"]["annotations"] = {{"k8s.io/initial-events-end", "true"}};
+  return bookmark;
+}
+
+TEST(InformerTest, StreamingListIsOneWatchWhoseInitialEventsAreTheList) {
+  FakeApi api;
+  EventRecorder recorder;
+  InformerOptions options = TestOptions();
+  options.streaming_list = true;
+  Informer informer(api.NewListWatch(), options);
+  informer.AddEventHandler(recorder.Handler());
+  informer.Start();
+  testing::WatchCall watch = api.WaitForWatch(0);
+  ASSERT_NE(watch.stream, nullptr);
+  EXPECT_TRUE(watch.options.send_initial_events);
+  EXPECT_EQ(watch.options.resource_version, "") << "a consistent read (resourceVersionMatch=NotOlderThan)";
+  EXPECT_EQ(watch.options.label_selector, "app=gpu");
+  EXPECT_EQ(watch.options.field_selector, "spec.nodeName=n1");
+  watch.stream->Push(WatchEventType::kAdded, Obj("a", "1"));
+  watch.stream->Push(WatchEventType::kBookmark, Bookmark("5"));  // a plain bookmark does not end the list
+  watch.stream->Push(WatchEventType::kAdded, Obj("b", "2"));
+  EXPECT_FALSE(informer.HasSynced()) << "synced only once the initial events end";
+  watch.stream->Push(WatchEventType::kBookmark, InitialEventsEnd("10"));
+  ASSERT_TRUE(informer.WaitForSyncUntil(workqueue::RealClock().Now() + kTestTimeout));
+  EXPECT_EQ(Sorted(recorder.WaitFor(2)), (Strings{"add ns/a@1", "add ns/b@2"}));
+  EXPECT_EQ(informer.store().ResourceVersion(), "10");
+  // The same stream goes on with the changes.
+  watch.stream->Push(WatchEventType::kModified, Obj("a", "11"));
+  EXPECT_EQ(Slice(recorder.WaitFor(3), 2, 3), (Strings{"update ns/a@1->11"}));
+  watch.stream->End();
+  testing::WatchCall resumed = api.WaitForWatch(1);
+  EXPECT_FALSE(resumed.options.send_initial_events) << "a resumed watch is a plain watch";
+  EXPECT_EQ(resumed.options.resource_version, "11");
+  EXPECT_EQ(api.ListCalls(), 0u) << "no list request at all";
+}
+
+TEST(InformerTest, StreamingListRefusedByTheServerListsAndWatchesInstead) {
+  FakeApi api;
+  EventRecorder recorder;
+  InformerOptions options = TestOptions();
+  options.streaming_list = true;
+  Informer informer(api.NewListWatch(), options);
+  informer.AddEventHandler(recorder.Handler());
+  // 422, as an API server with the WatchList gate off answers sendInitialEvents.
+  api.FailNextWatch(common::InvalidArgumentError("sendInitialEvents is forbidden"));
+  api.QueueList({Obj("a", "1")}, "10");
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSyncUntil(workqueue::RealClock().Now() + kTestTimeout));
+  EXPECT_EQ(recorder.WaitFor(1), (Strings{"add ns/a@1"}));
+  testing::WatchCall watch = api.WaitForWatch(1);
+  EXPECT_FALSE(watch.options.send_initial_events);
+  EXPECT_EQ(watch.options.resource_version, "10");
+  EXPECT_EQ(api.ListCalls(), 1u);
+}
+
+TEST(InformerTest, StreamingListThatEndsEarlyIsStreamedAgainAndNothingHalfIsCached) {
+  FakeApi api;
+  EventRecorder recorder;
+  workqueue::FakeClock clock;
+  InformerOptions options = TestOptions(&clock);
+  options.streaming_list = true;
+  Informer informer(api.NewListWatch(), options);
+  informer.AddEventHandler(recorder.Handler());
+  informer.Start();
+  testing::WatchCall first = api.WaitForWatch(0);
+  first.stream->Push(WatchEventType::kAdded, Obj("a", "1"));
+  first.stream->Fail(common::UnavailableError("connection reset"));
+  // A backoff, then a whole new streaming list.
+  const std::optional<workqueue::TimePoint> wake = clock.WaitForPendingDeadline(kTestTimeout);
+  ASSERT_TRUE(wake.has_value()) << "the informer did not back off";
+  EXPECT_FALSE(informer.HasSynced());
+  clock.Advance(*wake - clock.Now());
+  testing::WatchCall second = api.WaitForWatch(1);
+  EXPECT_TRUE(second.options.send_initial_events);
+  second.stream->Push(WatchEventType::kAdded, Obj("b", "2"));
+  second.stream->Push(WatchEventType::kBookmark, InitialEventsEnd("3"));
+  ASSERT_TRUE(informer.WaitForSync(std::stop_token()));
+  EXPECT_EQ(recorder.WaitFor(1), (Strings{"add ns/b@2"})) << "the broken stream's object was never cached";
+  EXPECT_EQ(informer.store().size(), 1u);
+}
+
 TEST(InformerTest, UpdateHandlerThatNeedsNoOldObjectGetsNullAndOthersStillGetIt) {
   FakeApi api;
   EventRecorder recorder;  // needs the old object (the default)

@@ -385,31 +385,38 @@ Status CdDeviceState::ReleaseUnusedNodeLabel(const kubeletplugin::Checkpoint& ch
 Status CdDeviceState::AddNodeLabel(const std::string& cd_uid) {
   const auto now = std::chrono::steady_clock::now();
   if (label_seen_domain_ == cd_uid && now - label_seen_at_ < kLabelMemory) return common::OkStatus();
-  for (int attempt = 0;; ++attempt) {
-    auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
-    if (!node.ok()) return node.status();
-    k8s::Object view(*node);
-    const std::string current = view.label(kComputeDomainLabel);
-    if (current == cd_uid) {
-      label_seen_domain_ = cd_uid;
-      label_seen_at_ = now;
-      return common::OkStatus();
-    }
-    if (!current.empty()) {
-      return common::FailedPreconditionError(fmt::format(
-          "node {} already runs ComputeDomain {} (label {}); one ComputeDomain per node", options_.node_name,
-          current, kComputeDomainLabel));
-    }
-    view.SetLabel(kComputeDomainLabel, cd_uid);
-    auto updated = client_.Update(k8s::resources::kNodes, "", view.json());
-    if (updated.ok()) {
-      LOG_INFO(2, "node labelled for a ComputeDomain", {{"node", options_.node_name}, {"domain", cd_uid}});
-      label_seen_domain_ = cd_uid;
-      label_seen_at_ = now;
-      return common::OkStatus();
-    }
-    if (!k8s::IsConflict(updated.status()) || attempt >= 5) return updated.status();
+  // The controller labels the node when it sees the claim allocated, before
+  // the kubelet asks us: the cached Node usually has the label already. Any
+  // other answer is confirmed with a read (the cache may lag).
+  if (watch_.CachedNodeDomainLabel() == cd_uid) {
+    label_seen_domain_ = cd_uid;
+    label_seen_at_ = now;
+    return common::OkStatus();
   }
+  auto node = client_.Get(k8s::resources::kNodes, "", options_.node_name);
+  if (!node.ok()) return node.status();
+  const std::string current = k8s::Object(*node).label(kComputeDomainLabel);
+  if (!current.empty() && current != cd_uid) {
+    return common::FailedPreconditionError(fmt::format(
+        "node {} already runs ComputeDomain {} (label {}); one ComputeDomain per node", options_.node_name, current,
+        kComputeDomainLabel));
+  }
+  if (current.empty()) {
+    // A merge patch of the label alone, not an update of the Node read above:
+    // the controller labels the same node for the same domain at about the
+    // same time, and the kubelet writes the Node too, so an update would be
+    // answered 409 and retried (seen at 72 nodes). The label was free a
+    // moment ago; a domain that took it since is caught at the next prepare
+    // (the node label decides which daemon runs here, and a channel claim is
+    // only prepared once its own domain's daemon is Ready).
+    const nlohmann::json patch = {{"metadata", {{"labels", {{std::string(kComputeDomainLabel), cd_uid}}}}}};
+    auto patched = client_.Patch(k8s::resources::kNodes, "", options_.node_name, k8s::PatchType::kMerge, patch);
+    if (!patched.ok()) return patched.status();
+    LOG_INFO(2, "node labelled for a ComputeDomain", {{"node", options_.node_name}, {"domain", cd_uid}});
+  }
+  label_seen_domain_ = cd_uid;
+  label_seen_at_ = now;
+  return common::OkStatus();
 }
 
 Status CdDeviceState::RemoveNodeLabel(const std::string& cd_uid) {

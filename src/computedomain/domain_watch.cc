@@ -47,6 +47,7 @@ DomainWatch::DomainWatch(DomainWatchOptions options) : options_(std::move(option
 
 DomainWatch::~DomainWatch() {
   Cancel();
+  if (node_) node_->Stop();
   if (daemon_pods_) daemon_pods_->Stop();
   if (cliques_) cliques_->Stop();
   if (domains_) domains_->Stop();
@@ -61,13 +62,15 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, D
   }
   daemon_pods = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, options.driver_namespace);
   return StartWith(std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""),
-                   std::move(cliques), std::move(daemon_pods), std::move(options));
+                   std::move(cliques), std::move(daemon_pods), std::move(options),
+                   std::make_unique<k8s::RestListWatch>(client, k8s::resources::kNodes, ""));
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
                                                               std::unique_ptr<k8s::cache::ListWatch> cliques,
                                                               std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
-                                                              DomainWatchOptions options) {
+                                                              DomainWatchOptions options,
+                                                              std::unique_ptr<k8s::cache::ListWatch> node) {
   std::unique_ptr<DomainWatch> watch(new DomainWatch(std::move(options)));
   DomainWatch* self = watch.get();
   // Logged at -v 4 with the object's resourceVersion, so that a waiting
@@ -119,6 +122,14 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
     watch->daemon_pods_ = std::make_unique<k8s::cache::Informer>(std::move(daemon_pods), pod_options);
     watch->daemon_pods_->AddEventHandler(notify);
     watch->daemon_pods_->Start();  // not waited for: see the file comment
+  }
+  if (node) {
+    k8s::cache::InformerOptions node_options;
+    node_options.description = "Node " + watch->options_.node_name;
+    node_options.field_selector = "metadata.name=" + watch->options_.node_name;
+    watch->node_ = std::make_unique<k8s::cache::Informer>(std::move(node), node_options);
+    watch->node_->AddEventHandler(notify);
+    watch->node_->Start();  // not waited for: without it the label is read from the API server
   }
 
   const auto deadline = k8s::workqueue::RealClock().Now() + watch->options_.sync_timeout;
@@ -184,6 +195,13 @@ std::set<std::string> DomainWatch::DaemonDomains() const {
     }
   }
   return domains;
+}
+
+std::optional<std::string> DomainWatch::CachedNodeDomainLabel() const {
+  if (!node_ || !node_->HasSynced()) return std::nullopt;
+  k8s::cache::ObjectPtr node = node_->store().Get(options_.node_name);
+  if (!node) return std::nullopt;
+  return JsonString(*node, {"metadata", "labels", kComputeDomainLabel});
 }
 
 bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const {

@@ -102,12 +102,14 @@ std::vector<Grant> PluginAllowList() {
                                                "(src/kubeletplugin/claim_preparer.cc)"},
         {"get nodes", "slices' owner reference (ResourceSlicePublisher::EnsureNodeUid), CD plugin's label read-modify-write "
                       "(src/computedomain/device_state.cc), GPU plugin's fabric label (src/gpu/plugin.cc)"},
-        {"update nodes", "CD plugin sets and removes resource.nvidia.com/computeDomain on its Node "
+        {"update nodes", "CD plugin removes resource.nvidia.com/computeDomain from its Node "
                          "(device_state.cc Update kNodes; nodes-policy keeps it to its own Node)"},
-        {"patch nodes", "CD plugin's nvidia.com/gpu.clique label (src/computedomain/plugin.cc), GPU plugin removes "
+        {"patch nodes", "CD plugin's nvidia.com/gpu.clique label (src/computedomain/plugin.cc) and its domain label "
+                        "(device_state.cc AddNodeLabel, a merge patch), GPU plugin removes "
                         "the device-health-reset annotation (src/gpu/device_health_reporter.cc)"},
-        {"list nodes", "NVMLDeviceHealthCheck: the Node informer of device_health_reporter.cc"},
-        {"watch nodes", "NVMLDeviceHealthCheck: the Node informer"},
+        {"list nodes", "NVMLDeviceHealthCheck: the Node informer of device_health_reporter.cc; CD plugin: its Node "
+                       "informer (DomainWatch, the domain label read at prepare)"},
+        {"watch nodes", "NVMLDeviceHealthCheck and the CD plugin: their Node informers"},
         {"create events.events.k8s.io", "DeviceUnhealthy/DeviceHealthy and FabricTopologyNotApplied Events "
                                         "(src/k8s/event_recorder.cc Create)"},
         {"patch events.events.k8s.io", "event series (event_recorder.cc Patch)"},

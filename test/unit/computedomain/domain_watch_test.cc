@@ -62,16 +62,26 @@ json DaemonPod(const std::string& uid, const std::string& rv, const std::string&
           {"spec", {{"nodeName", node}}}};
 }
 
+// This node, with the domain label `uid` ("" for none).
+json Node(const std::string& uid, const std::string& rv) {
+  json node = {{"apiVersion", "v1"},
+               {"kind", "Node"},
+               {"metadata", {{"name", kNode}, {"resourceVersion", rv}, {"labels", json::object()}}}};
+  if (!uid.empty()) node["metadata"]["labels"]["resource.nvidia.com/computeDomain"] = uid;
+  return node;
+}
+
 class DomainWatchTest : public ::testing::Test {
  protected:
-  void Start(bool cliques_enabled = true) {
+  void Start(bool cliques_enabled = true, bool node = false) {
     auto started = DomainWatch::StartWith(domains_.NewListWatch(),
                                           cliques_enabled ? cliques_.NewListWatch() : nullptr,
                                           cliques_enabled ? pods_.NewListWatch() : nullptr,
                                           {.node_name = kNode,
                                            .driver_namespace = kDriverNs,
                                            .cliques_enabled = cliques_enabled,
-                                           .sync_timeout = std::chrono::seconds(10)});
+                                           .sync_timeout = std::chrono::seconds(10)},
+                                          node ? nodes_.NewListWatch() : nullptr);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     watch_ = std::move(*started);
   }
@@ -83,8 +93,38 @@ class DomainWatchTest : public ::testing::Test {
   FakeApi domains_;
   FakeApi cliques_;
   FakeApi pods_;
+  FakeApi nodes_;
   std::unique_ptr<DomainWatch> watch_;
 };
+
+TEST_F(DomainWatchTest, CachedNodeDomainLabelFollowsThisNode) {
+  domains_.QueueList({}, "1");
+  cliques_.QueueList({}, "1");
+  nodes_.QueueList({Node("", "5")}, "5");
+  Start(/*cliques_enabled=*/true, /*node=*/true);
+  // The node informer is not waited for at start: wait for its list here.
+  auto stream = nodes_.WaitForWatch(0).stream;
+  ASSERT_NE(stream, nullptr);
+  ASSERT_TRUE(watch_->WaitFor([&] { return watch_->CachedNodeDomainLabel().has_value(); },
+                              Clock::now() + kTestTimeout));
+  EXPECT_EQ(watch_->CachedNodeDomainLabel(), std::optional<std::string>(""));
+  auto labelled = std::async(std::launch::async, [&] {
+    return watch_->WaitFor([&] { return watch_->CachedNodeDomainLabel() == "u1"; },
+                           Clock::now() + std::chrono::hours(1));
+  });
+  stream->Push(WatchEventType::kModified, Node("u1", "6"));
+  ASSERT_EQ(labelled.wait_for(kTestTimeout), std::future_status::ready) << "the node event wakes waiters";
+  EXPECT_TRUE(labelled.get());
+  stream->Push(WatchEventType::kModified, Node("", "7"));
+  EXPECT_TRUE(watch_->WaitFor([&] { return watch_->CachedNodeDomainLabel() == ""; }, Clock::now() + kTestTimeout));
+}
+
+TEST_F(DomainWatchTest, NoCachedNodeLabelWithoutTheNodeInformerOrBeforeItsList) {
+  domains_.QueueList({}, "1");
+  cliques_.QueueList({}, "1");
+  Start();
+  EXPECT_FALSE(watch_->CachedNodeDomainLabel().has_value()) << "no node informer: the caller reads the Node";
+}
 
 TEST_F(DomainWatchTest, FindsDomainsByUid) {
   domains_.QueueList({Domain("u1", "5"), Domain("u2", "6")}, "6");

@@ -143,6 +143,22 @@ DepartedEntries FindDepartedEntries(const json& object, const json::json_pointer
   return out;
 }
 
+std::map<std::string, json> TakeUncachedWrites(std::map<std::string, json>& written, const std::string& key_prefix,
+                                               const std::set<std::string>& cached, std::uint64_t cache_version) {
+  std::map<std::string, json> out;
+  for (auto it = written.lower_bound(key_prefix); it != written.end() && it->first.starts_with(key_prefix);) {
+    if (cached.contains(it->first)) {
+      ++it;
+    } else if (VersionNumber(it->second) > cache_version) {
+      out[it->first.substr(key_prefix.size())] = it->second;
+      ++it;
+    } else {
+      it = written.erase(it);
+    }
+  }
+  return out;
+}
+
 Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_token stop) {
   const std::string uid = cd.uid();
   const std::vector<ObjectPtr> pods = CachedByLabel(*caches_.pods, uid);  // keeps the pods members point into
@@ -162,6 +178,20 @@ Status CliqueEntryWriter::SyncCliques(const k8s::ComputeDomain& cd, std::stop_to
       if (it != cliques_written_.end() && VersionNumber(it->second) > VersionNumber(newest)) newest = it->second;
     }
     cliques[name.substr(prefix.size())] = std::move(newest);
+  }
+  {
+    // A clique we created whose watch event has not reached the cache: it
+    // exists, so updating it beats creating it again (an AlreadyExists
+    // answer and a failed reconcile, seen at 72 nodes).
+    std::set<std::string> cached;
+    for (const auto& [clique_id, _] : cliques) cached.insert(options_.driver_namespace + "/" + prefix + clique_id);
+    const std::uint64_t cache_version =
+        VersionNumber({{"metadata", {{"resourceVersion", caches_.cliques->store().ResourceVersion()}}}});
+    common::MutexLock lock(entries_mu_);
+    for (auto& [clique_id, object] :
+         TakeUncachedWrites(cliques_written_, options_.driver_namespace + "/" + prefix, cached, cache_version)) {
+      cliques[clique_id] = std::move(object);
+    }
   }
   for (const auto& [clique_id, _] : members_by_clique) cliques.try_emplace(clique_id, json());
 

@@ -7,7 +7,8 @@
 // the removal of entries whose daemon pod is gone.
 // Defines: CliqueEntries, MemberPodsByClique(), ComputeCliqueEntries(),
 // MergeOwnerReferences(), StatusIndexes, ComputeStatusIndexes(),
-// DepartedEntries, FindDepartedEntries(), CliqueEntryWriter.
+// DepartedEntries, FindDepartedEntries(), TakeUncachedWrites(),
+// CliqueEntryWriter.
 //
 // Ownership: CliqueEntryWriter borrows the ApiWriter, the caches and the
 // options (all must outlive it) and owns its per-domain memory.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <utility>
@@ -76,6 +78,17 @@ struct DepartedEntries {
 };
 DepartedEntries FindDepartedEntries(const nlohmann::json& object, const nlohmann::json::json_pointer& list,
                                     const std::string& key, const std::map<std::string, std::string>& departed);
+
+// Our last writes of cliques (by "namespace/name") under `key_prefix` whose
+// clique the cache does not hold (`cached`: the keys it holds) and whose
+// version is newer than everything the cache has seen (`cache_version`):
+// created by us, their watch event still on its way. Returned by the rest of
+// the key (the clique ID). Those the cache has seen past without holding
+// them are gone (their owners went) and are erased from `written`.
+std::map<std::string, nlohmann::json> TakeUncachedWrites(std::map<std::string, nlohmann::json>& written,
+                                                          const std::string& key_prefix,
+                                                          const std::set<std::string>& cached,
+                                                          std::uint64_t cache_version);
 
 class CliqueEntryWriter {
  public:

@@ -1,6 +1,9 @@
 #include "computedomain/controller/domain_status.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -20,18 +23,31 @@ namespace {
 bool ByName(const json& a, const json& b) { return a.value("name", "") < b.value("name", ""); }
 
 // status.nodes from the cliques, and from the pods of daemons on nodes
-// without a fabric (no clique; their pod says it), sorted by name.
+// without a fabric (no clique; their pod says it), sorted by name. An entry
+// that still says NotReady while its daemon's live pod (same node, clique
+// and address: the same daemon) already says Ready counts as Ready: the
+// clique write that copies it follows within tens of milliseconds, and the
+// kubelet plugin releases the node's waiting channel claim on the pod's
+// Ready already, so the domain turns Ready with its last channel rather
+// than a clique write and a status batch later (issue 27).
 json NodesFromCliques(const std::vector<k8s::ComputeDomainClique>& cliques, const std::vector<ObjectPtr>& pods) {
+  std::set<std::tuple<std::string, std::string, std::string>> ready_pods;  // node, clique, address
+  for (const ObjectPtr& pod_ptr : pods) {
+    const json& pod = *pod_ptr;
+    if (IsDeleting(pod) || DaemonPodStatus(pod) != kDaemonReady) continue;
+    const std::string clique = LabelOf(pod, kComputeDomainCliqueLabel);
+    if (!clique.empty()) ready_pods.emplace(DaemonPodNode(pod), clique, DaemonPodIp(pod));
+  }
   json nodes = json::array();
   for (const k8s::ComputeDomainClique& clique : cliques) {
     for (const CliqueMember& m : CliqueMembers(clique.json())) {
-      json node = {{"name", m.node_name},
-                   {"ipAddress", m.ip_address},
-                   {"cliqueID", m.clique_id},
-                   {"status", m.status.empty() ? std::string(kDaemonNotReady) : m.status}};
+      const bool pod_ready = ready_pods.contains({m.node_name, m.clique_id, m.ip_address});
+      const std::string status =
+          pod_ready ? std::string(kDaemonReady) : (m.status.empty() ? std::string(kDaemonNotReady) : m.status);
+      json node = {{"name", m.node_name}, {"ipAddress", m.ip_address}, {"cliqueID", m.clique_id}, {"status", status}};
       if (m.index) node["index"] = *m.index;
-      if (!m.reason.empty()) node["reason"] = m.reason;
-      if (!m.message.empty()) node["message"] = m.message;
+      if (status != kDaemonReady && !m.reason.empty()) node["reason"] = m.reason;
+      if (status != kDaemonReady && !m.message.empty()) node["message"] = m.message;
       nodes.push_back(std::move(node));
     }
   }

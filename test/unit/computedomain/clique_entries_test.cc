@@ -146,6 +146,23 @@ TEST(ComputeStatusIndexesTest, PerCliqueAndOnlyChangedWhenSomeoneGotOne) {
   EXPECT_FALSE(ComputeStatusIndexes(cd, 18).changed);
 }
 
+TEST(TakeUncachedWritesTest, OurCreatesNotYetCachedAreTakenAndGoneOnesForgotten) {
+  const auto clique = [](const std::string& rv) { return json{{"metadata", {{"resourceVersion", rv}}}}; };
+  std::map<std::string, json> written = {
+      {"drv/u1.a", clique("10")},  // cached: not taken, kept
+      {"drv/u1.b", clique("30")},  // created after everything the cache saw (25): taken
+      {"drv/u1.c", clique("20")},  // the cache saw past it and does not hold it: gone, forgotten
+      {"drv/u2.a", clique("40")},  // another domain: untouched
+  };
+  const auto taken = TakeUncachedWrites(written, "drv/u1.", {"drv/u1.a"}, 25);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken.at("b"), clique("30"));
+  EXPECT_EQ(written.size(), 3u);
+  EXPECT_FALSE(written.contains("drv/u1.c"));
+  EXPECT_TRUE(written.contains("drv/u1.a"));
+  EXPECT_TRUE(written.contains("drv/u2.a"));
+}
+
 TEST(FindDepartedEntriesTest, OnlyEntriesStillCarryingTheDepartedIpLastFirst) {
   const json cd = json::parse(R"({"status": {"nodes": [
       {"name": "n1", "ipAddress": "10.0.0.1"},

@@ -54,6 +54,36 @@ TEST(ComputeDomainStatusTest, ReadyWhenNumNodesDaemonsJoinedAndAllAreReady) {
   EXPECT_EQ(report.nodes[0]["index"], 0);
 }
 
+// This node's daemon pod in clique "c" at 10.0.0.1 (the entries' address),
+// with the status its daemon published on it.
+k8s::cache::ObjectPtr CliquePod(std::string node, std::string status, std::string ip = "10.0.0.1",
+                                bool deleting = false) {
+  json pod = {{"metadata",
+               {{"name", "p-" + node},
+                {"labels", {{std::string(kComputeDomainCliqueLabel), "c"}}},
+                {"annotations", {{std::string(kDaemonStatusAnnotation), status}}}}},
+              {"spec", {{"nodeName", node}}},
+              {"status", {{"podIP", ip}}}};
+  if (deleting) pod["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z";
+  return std::make_shared<const json>(std::move(pod));
+}
+
+TEST(ComputeDomainStatusTest, ADaemonPodThatSaysReadyCountsBeforeItsCliqueEntryDoes) {
+  const ControllerOptions options;
+  const auto clique = Clique({Daemon("n1", "Ready", 0), Daemon("n2", "NotReady", 1)});
+  auto report = ComputeDomainStatus(Domain(2), {clique}, {CliquePod("n2", "Ready")}, options);
+  EXPECT_EQ(report.status, "Ready") << report.why;
+  EXPECT_EQ(report.nodes[1]["status"], "Ready");
+  // Not another daemon's pod: another address (a new pod, not yet in the
+  // entry), or one that is going away, or one that says NotReady.
+  for (const auto& pod : {CliquePod("n2", "Ready", "10.0.0.7"), CliquePod("n2", "Ready", "10.0.0.1", true),
+                          CliquePod("n2", "NotReady")}) {
+    report = ComputeDomainStatus(Domain(2), {clique}, {pod}, options);
+    EXPECT_EQ(report.status, "NotReady") << pod->dump();
+    EXPECT_EQ(report.why, "IMEX daemons not ready on: n2");
+  }
+}
+
 TEST(ComputeDomainStatusTest, WaitingForNodesWhileFewerThanNumNodesJoined) {
   const ControllerOptions options;
   auto report = ComputeDomainStatus(Domain(3), {Clique({Daemon("n1", "Ready", 0)})}, {}, options);

@@ -11,8 +11,11 @@ prints, as Markdown:
   2. a fit of each component's totals, a + b*N (least squares over the --fit sizes, the median run of a
      size);
   3. this machine's time model: the window (submission to workers Running) is CPU-bound here, so
-     T(N) = t0 + CPU(N) / c, with CPU(N) the fitted CPU of every program and t0, c fitted over the --fit
-     sizes; its prediction for the --check size against the measured run, and for 256 and 1,000 nodes;
+     T(N) = t0 + CPU(N) / c, with t0 and c fitted over the --fit sizes and CPU(N) = b*N + q*N^2 the CPU of
+     every program in the window (least squares): per node, a share of each pod's events reaches every
+     node's watchers (the API server filters each event for each of them), and everything queues longer
+     on a saturated machine, so the CPU per node grows with N (0.2 s for the kubelets at 4 nodes, 1.6 s at
+     72 on 2 cores). Its prediction for the --check size against the measured run, and for 256 and 1,000;
   4. a control plane with the room (cores enough that CPU does not bound it): what the client-side rate
      limits make the paced writers take, T(N) = t_chain + max over the paced clients of
      (requests(N) - burst) / qps, at the control plane's default limits (kube-controller-manager 20/s
@@ -80,6 +83,19 @@ def cpu_by_component(cpu):
     return out
 
 
+def fit_quadratic_through_zero(xs, ys):
+    """Least squares y = b x + q x^2 (nothing at zero nodes)."""
+    s11 = sum(x * x for x in xs)
+    s12 = sum(x ** 3 for x in xs)
+    s22 = sum(x ** 4 for x in xs)
+    t1 = sum(x * y for x, y in zip(xs, ys))
+    t2 = sum(x * x * y for x, y in zip(xs, ys))
+    det = s11 * s22 - s12 * s12
+    if det == 0:
+        return (t1 / s11 if s11 else 0.0), 0.0
+    return (t1 * s22 - t2 * s12) / det, (s11 * t2 - s12 * t1) / det
+
+
 def fit_line(xs, ys):
     """Least squares y = a + b x."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -134,14 +150,14 @@ def main():
     xs = fit_sizes
     req_fit = {c: fit_line(xs, [chosen[n]["requests"].get(c, 0) for n in xs]) for c in comps_req}
     cpu_total = {n: sum(chosen[n]["cpu_s"].values()) for n in sizes}
-    cpu_fit = fit_line(xs, [cpu_total[n] for n in xs])
+    cpu_fit = fit_quadratic_through_zero(xs, [cpu_total[n] for n in xs])
     print(f"\n### Fits over {xs} nodes (totals in the window, a + b*N)\n")
     print("| what | a | b (per node) |")
     print("|---|---|---|")
     for c in comps_req:
         a, b = req_fit[c]
         print(f"| requests, {c} | {a:.1f} | {b:.2f} |")
-    print(f"| CPU seconds, all programs | {cpu_fit[0]:.2f} | {cpu_fit[1]:.3f} |")
+    print(f"\nCPU seconds of all programs in the window: CPU(N) = {cpu_fit[0]:.3f} N + {cpu_fit[1]:.5f} N^2")
 
     # 3. This machine: T = t0 + CPU / c.
     t_fit = fit_line([cpu_total[n] for n in xs], [chosen[n]["running_s"] for n in xs])
@@ -151,11 +167,12 @@ def main():
     print("| nodes | CPU(N) predicted, s | T predicted, s | T measured, s | error |")
     print("|---|---|---|---|---|")
     for n in sorted(set(xs + [check, 256, 1000])):
-        cpu = cpu_fit[0] + cpu_fit[1] * n
+        cpu = cpu_fit[0] * n + cpu_fit[1] * n * n
         t = t0 + per_cpu * cpu
         measured = chosen[n]["running_s"] if n in chosen else None
         err = f"{(t - measured) / measured * 100:+.0f} %" if measured else "-"
-        print(f"| {n} | {cpu:.1f} | {t:.1f} | {measured if measured is not None else '-'} | {err} |")
+        shown = f"{measured:.2f}" if measured is not None else "-"
+        print(f"| {n} | {cpu:.1f} | {t:.1f} | {shown} | {err} |")
 
     # 4. A control plane with the room: the paced clients' budgets.
     t_chain = min(chosen[n]["running_s"] for n in xs)  # the smallest size: latency, no pacing

@@ -20,11 +20,12 @@ def figure(nodes, name, value, unit="s"):
 
 
 def run(nodes, qps="default", running=None):
-    """A run whose costs are lines in N: requests kcm 4N+10, scheduler 2N, controller 3N+20, kubelet 20N;
-    CPU 2 + 0.5N (kube-apiserver 0.3N + 2, simnode 0.2N); time 1 + CPU/2 unless given."""
-    cpu = {"kube-apiserver": 0.3 * nodes + 2, "simnode": 0.2 * nodes}
+    """A run whose costs follow known curves in N: requests kcm 4N+10, scheduler 2N, controller 3N+20,
+    kubelet 20N; CPU 0.5N + 0.001N^2 (kube-apiserver 0.3N + 0.001N^2, simnode 0.2N); time 1 + CPU/2
+    unless given."""
+    cpu = {"kube-apiserver": 0.3 * nodes + 0.001 * nodes * nodes, "simnode": 0.2 * nodes}
     return {"bench": "cd_scale_run", "nodes": nodes, "control_plane_qps": qps,
-            "running_s": running if running is not None else 1 + (2 + 0.5 * nodes) / 2,
+            "running_s": running if running is not None else 1 + (0.5 * nodes + 0.001 * nodes * nodes) / 2,
             "window_s": 0, "requests": {"kube-controller-manager": 4 * nodes + 10, "kube-scheduler": 2 * nodes,
                                         "controller": 3 * nodes + 20, "kubelet": 20 * nodes},
             "cpu_s": cpu, "stages": {}, "floor": {"running_s": 1.0, "requests": {}, "cpu_s": {}, "stages": {}}}
@@ -74,6 +75,11 @@ class CostModelTest(unittest.TestCase):
         finally:
             os.unlink(f.name)
 
+    def test_fit_quadratic_through_zero(self):
+        b, q = cd_cost_model.fit_quadratic_through_zero([4, 18, 72], [0.5 * n + 0.001 * n * n for n in (4, 18, 72)])
+        self.assertAlmostEqual(b, 0.5)
+        self.assertAlmostEqual(q, 0.001)
+
     def test_fit_line(self):
         a, b = cd_cost_model.fit_line([4, 18, 72], [4 * 3 + 1, 18 * 3 + 1, 72 * 3 + 1])
         self.assertAlmostEqual(a, 1.0)
@@ -83,21 +89,24 @@ class CostModelTest(unittest.TestCase):
         runs = [run(18, running=r) for r in (9.0, 5.0, 7.0)]
         self.assertEqual(cd_cost_model.median_run(runs)["running_s"], 7.0)
 
-    def test_predicts_a_run_on_its_lines_exactly_and_leaves_raised_limits_out(self):
-        # T = 1 + CPU/2 with CPU = 2 + 0.5N: at 128, CPU 66, T 34. The raised-limit run would spoil the fit.
+    def test_predicts_a_run_on_its_curves_exactly_and_leaves_raised_limits_out(self):
+        # T = 1 + CPU/2 with CPU = 0.5N + 0.001N^2: at 128, CPU 80.384, T 41.192. The raised-limit run
+        # would spoil the fit.
         out = self.model([run(4), run(18), run(72), run(128), run(18, qps="100", running=99.0)])
+        self.assertIn("CPU(N) = 0.500 N + 0.00100 N^2", out)
         self.assertIn("T(N) = 1.00 s + CPU(N) / 2.00 cores", out)
-        self.assertIn("| 128 | 66.0 | 34.0 | 34.0 | +0 % |", out)
-        self.assertIn("| 1000 | 502.0 | 252.0 | - | - |", out)
+        self.assertIn("| 128 | 80.4 | 41.2 | 41.19 | +0 % |", out)
+        self.assertIn("| 1000 | 1500.0 | 751.0 | - | - |", out)
         self.assertIn("| requests, kube-controller-manager | 10.0 | 4.00 |", out)
-        # Per node at 4 nodes: kubelet 20, controller (3*4+20)/4 = 8.
+        # Per node at 4 nodes: kubelet 20, controller (3*4+20)/4 = 8; CPU kube-apiserver (1.2+0.016)/4.
         self.assertIn("| kubelet | 20.00 | 20.00 | 20.00 | 20.00 |", out)
         self.assertIn("| controller | 8.00 |", out)
+        self.assertIn("| kube-apiserver | 0.304 |", out)
         # The room: at 256 nodes, defaults: kcm (4*256+10-30)/20 = 50.2 s, the slowest; scheduler
-        # (512-100)/50 = 8.2 s; ours (3*256+20-40)/20 = 37.4 s; chain 3 s (the 4-node run).
-        self.assertIn("| 256 | default | 50.2 s | 8.2 s | 37.4 s | 53.2 |", out)
+        # (512-100)/50 = 8.2 s; ours (3*256+20-40)/20 = 37.4 s; chain 2.008 s (the 4-node run).
+        self.assertIn("| 256 | default | 50.2 s | 8.2 s | 37.4 s | 52.2 |", out)
         # Raised: kcm (1034-200)/100 = 8.3 s, scheduler (512-200)/100 = 3.1 s, ours still 20/s: 37.4 s.
-        self.assertIn("| 256 | raised to 100/s | 8.3 s | 3.1 s | 37.4 s | 40.4 |", out)
+        self.assertIn("| 256 | raised to 100/s | 8.3 s | 3.1 s | 37.4 s | 39.4 |", out)
 
     def test_refuses_a_fit_without_its_sizes(self):
         with self.assertRaises(subprocess.CalledProcessError) as e:

@@ -27,8 +27,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 )
 
 const (
@@ -142,4 +146,34 @@ func (f floorResult) print(n int) {
 		}
 	}
 	fmt.Println()
+}
+
+// removeWorkload deletes namespace ns (a workload's pods, claims and, for
+// ours, the domain, whose cascade removes its daemons) and waits until no
+// pod matching selector is left in any of waitNamespaces: whichever of ours
+// and the floor runs second must not share the nodes with the first's pods
+// (idle containers still cost each kubelet its pod syncs and relists; at 72
+// nodes 144 of them slowed the second run by half).
+func removeWorkload(ctx context.Context, t *testing.T, client kubernetes.Interface, ns string, waitFor map[string]string) {
+	t.Helper()
+	start := time.Now()
+	if err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete namespace %s: %v", ns, err)
+	}
+	for podNS, selector := range waitFor {
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = selector
+				return client.CoreV1().Pods(podNS).List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = selector
+				return client.CoreV1().Pods(podNS).Watch(ctx, o)
+			},
+		}
+		if _, err := untilWithStore(ctx, lw, &corev1.Pod{}, func(s cache.Store) (bool, error) { return len(s.List()) == 0, nil }); err != nil {
+			t.Fatalf("pods %q in %s still there after deleting namespace %s: %v", selector, podNS, ns, err)
+		}
+	}
+	t.Logf("workload in %s removed in %.1f s", ns, time.Since(start).Seconds())
 }

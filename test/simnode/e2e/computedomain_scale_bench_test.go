@@ -267,6 +267,7 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration, floor, floor
 	auditPath := c.Env.cp.AuditLogPath()
 	if floor && floorFirst {
 		r.Floor = runFloor(ctx, t, c, client, auditPath)
+		removeWorkload(ctx, t, client, floorNamespace, map[string]string{floorNamespace: ""})
 	}
 	rec := startScaleRecorder(t, c, client, n, cdScaleWorkload)
 
@@ -349,6 +350,8 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration, floor, floor
 	r.Idle = countAudit(t, auditPath, idleFrom, idleTo)
 	r.Audit = countAudit(t, auditPath, t0, done)
 	if floor && !floorFirst {
+		removeWorkload(ctx, t, client, cdScaleNamespace,
+			map[string]string{cdScaleNamespace: "", chartNamespace: cdLabelKey + "=" + string(cd.uid)})
 		r.Floor = runFloor(ctx, t, c, client, auditPath)
 	}
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {

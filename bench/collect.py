@@ -212,22 +212,27 @@ def gpu_sharing_mps(path, results):
                                 "better": "lower"})
 
 
+def figure_lines(path, bench):
+    """The JSON lines of a benchmark's figures file whose "bench" is `bench`."""
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                item = json.loads(line)
+                if item.get("bench") == bench:
+                    yield item
+
+
 def cd_scale(path, results):
     """test/simnode TestComputeDomainScaleBench (SIMNODE_CD_SCALE_OUT): one JSON line per figure and node
     count; cd_scale.<N>.<name>, the median where a size ran more than once. The floor's time to all workers
     Running (the same workload shape with the test driver, same nodes, same run) is the peer of ours. Lines
     of "bench": "cd_scale_run" (a whole run, for bench/cd_cost_model.py) are not figures."""
     figures, units = {}, {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                item = json.loads(line)
-                if item.get("bench") != "cd_scale":
-                    continue
-                key = (item["nodes"], item["name"])
-                figures.setdefault(key, []).append(item["value"])
-                units[key] = item["unit"]
+    for item in figure_lines(path, "cd_scale"):
+        key = (item["nodes"], item["name"])
+        figures.setdefault(key, []).append(item["value"])
+        units[key] = item["unit"]
     medians = {key: round(statistics.median(values), 3) for key, values in figures.items()}
     for (nodes, name), value in sorted(medians.items()):
         entry = {"name": f"cd_scale.{nodes}.{name}", "value": value, "unit": units[(nodes, name)], "better": "lower"}
@@ -245,16 +250,12 @@ def cd_many(path, results):
     figure came more than once."""
     default_shapes = {"concurrent": "8x9", "serial": "100x18"}
     figures, units = {}, {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                item = json.loads(line)
-                mode, shape = item["mode"], item.get("shape", "")
-                prefix = f"cd_many.{mode}." if shape in ("", default_shapes.get(mode)) else f"cd_many.{mode}.{shape}."
-                key = prefix + item["name"]
-                figures.setdefault(key, []).append(item["value"])
-                units[key] = item["unit"]
+    for item in figure_lines(path, "cd_many"):
+        mode, shape = item["mode"], item.get("shape", "")
+        prefix = f"cd_many.{mode}." if shape in ("", default_shapes.get(mode)) else f"cd_many.{mode}.{shape}."
+        key = prefix + item["name"]
+        figures.setdefault(key, []).append(item["value"])
+        units[key] = item["unit"]
     for name, values in sorted(figures.items()):
         results.append({"name": name, "value": round(statistics.median(values), 4), "unit": units[name],
                         "better": "lower"})

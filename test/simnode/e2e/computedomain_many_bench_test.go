@@ -39,7 +39,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -466,8 +465,7 @@ func manyDriverFailures(a auditCounts) (conflicts, throttled int, text string) {
 // each worker pod was first Running and each domain first Ready on its
 // nodes. Safe for concurrent use.
 type manyRecorder struct {
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every change
+	changeNotifier
 	running map[string]time.Time
 	want    map[string][]string // domain "ns/name" -> its nodes
 	ready   map[string]time.Time
@@ -476,7 +474,7 @@ type manyRecorder struct {
 
 func startManyRecorder(t *testing.T, client kubernetes.Interface, dyn dynamic.Interface) *manyRecorder {
 	t.Helper()
-	rec := &manyRecorder{changed: make(chan struct{}), running: map[string]time.Time{},
+	rec := &manyRecorder{changeNotifier: newChangeNotifier(), running: map[string]time.Time{},
 		want: map[string][]string{}, ready: map[string]time.Time{}, status: map[string]cdStatus{}}
 	stop := make(chan struct{})
 	t.Cleanup(func() { close(stop) })
@@ -494,27 +492,8 @@ func startManyRecorder(t *testing.T, client kubernetes.Interface, dyn dynamic.In
 	})
 	must(t, "domain handler", err)
 	domains.Start(stop)
-	syncCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for typ, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			t.Fatalf("the benchmark's %v informer did not sync", typ)
-		}
-	}
-	for gvr, ok := range domains.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			t.Fatalf("the benchmark's %s informer did not sync", gvr.Resource)
-		}
-	}
+	waitBenchInformersSynced(t, factory, domains)
 	return rec
-}
-
-func (rec *manyRecorder) note(f func()) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	f()
-	close(rec.changed)
-	rec.changed = make(chan struct{})
 }
 
 // expect registers a domain before its submission.

@@ -441,8 +441,7 @@ type scaleRecorder struct {
 	n int
 	w scaleWorkload
 
-	mu         sync.Mutex
-	changed    chan struct{}                   // closed and replaced on every change
+	changeNotifier
 	stages     map[string]map[string]time.Time // stage -> node -> first seen
 	templateAt time.Time
 	cdUID      string
@@ -465,7 +464,7 @@ var cdScaleWorkload = scaleWorkload{workerNamespace: cdScaleNamespace, daemonNam
 
 func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface, n int, w scaleWorkload) *scaleRecorder {
 	t.Helper()
-	rec := &scaleRecorder{n: n, w: w, changed: make(chan struct{}), stages: map[string]map[string]time.Time{}}
+	rec := &scaleRecorder{n: n, w: w, changeNotifier: newChangeNotifier(), stages: map[string]map[string]time.Time{}}
 	for _, s := range cdScaleStages {
 		rec.stages[s] = map[string]time.Time{}
 	}
@@ -512,6 +511,33 @@ func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface,
 	})
 	must(t, "clique handler", err)
 	cliques.Start(stop)
+	waitBenchInformersSynced(t, factory, domains, cliques)
+	return rec
+}
+
+// changeNotifier lets a benchmark's recorder, fed by informer handlers,
+// wake a waiter on every change: note runs f under mu, then closes changed
+// and replaces it.
+type changeNotifier struct {
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change
+}
+
+func newChangeNotifier() changeNotifier { return changeNotifier{changed: make(chan struct{})} }
+
+func (n *changeNotifier) note(f func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	f()
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// waitBenchInformersSynced fails the test unless every informer of the
+// factories synced within a minute.
+func waitBenchInformersSynced(t *testing.T, factory informers.SharedInformerFactory,
+	dynamic ...dynamicinformer.DynamicSharedInformerFactory) {
+	t.Helper()
 	syncCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for typ, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
@@ -519,22 +545,13 @@ func startScaleRecorder(t *testing.T, c *cdCluster, client kubernetes.Interface,
 			t.Fatalf("the benchmark's %v informer did not sync", typ)
 		}
 	}
-	for _, f := range []dynamicinformer.DynamicSharedInformerFactory{domains, cliques} {
+	for _, f := range dynamic {
 		for gvr, ok := range f.WaitForCacheSync(syncCtx.Done()) {
 			if !ok {
 				t.Fatalf("the benchmark's %s informer did not sync", gvr.Resource)
 			}
 		}
 	}
-	return rec
-}
-
-func (rec *scaleRecorder) note(f func()) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	f()
-	close(rec.changed)
-	rec.changed = make(chan struct{})
 }
 
 // markLocked records the first time stage was seen on node.

@@ -159,8 +159,12 @@ Status ImexDaemon::Run(std::stop_token stop) {
   publish_retry_at_ = Clock::now();
 
   while (!stop.stop_requested()) {
+    // A SIGUSR1 waits for the process to answer its first query: one sent
+    // before nvidia-imex sets up its signal handling ends it (the default
+    // action), which a hosts update right after a start would otherwise do.
+    const bool reload_due = reload_at_ && ImexAnswered();
     std::optional<Clock::time_point> next;
-    for (const auto& deadline : {restart_at_, reload_at_, publish_retry_at_}) {
+    for (const auto& deadline : {restart_at_, reload_due ? reload_at_ : std::nullopt, publish_retry_at_}) {
       if (deadline && (!next || *deadline < *next)) next = deadline;
     }
     int timeout_ms = -1;
@@ -192,7 +196,7 @@ Status ImexDaemon::Run(std::stop_token stop) {
       restart_at_.reset();
       if (!imex_ && (options_.dns_names ? own_index_known_ : peers_known_)) StartImex(next_start_reason_);
     }
-    if (reload_at_ && now >= *reload_at_) {
+    if (reload_at_ && now >= *reload_at_ && ImexAnswered()) {
       reload_at_.reset();
       if (imex_) {
         LOG_INFO(2, "peer mapping changed; asking nvidia-imex to reload (SIGUSR1)", {{"pid", imex_->pid()}});
@@ -377,6 +381,11 @@ void ImexDaemon::StartImex(ImexStartReason reason) {
   LOG_INFO(2, "nvidia-imex started", {{"pid", imex_->pid()}, {"config", config_path_}});
 }
 
+bool ImexDaemon::ImexAnswered() {
+  common::MutexLock lock(mutex_);
+  return imex_running_ && answered_generation_ == imex_generation_;
+}
+
 void ImexDaemon::ForgetImex() {
   imex_.reset();
   {
@@ -480,11 +489,16 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
       if (!now_ready && common::VerbosityEnabled(4)) {
         LOG_INFO(4, "nvidia-imex not ready", {{"answer", out.ok() ? out->output : out.status().ToString()}});
       }
-      bool changed = false;
+      bool first_answer = false;
+      bool readiness_changed = false;
       {
         common::MutexLock lock(mutex_);
         // Under mutex_, so an answer about a process already gone never
         // overwrites ForgetImex's NOT_RUNNING.
+        if (imex_generation_ == generation && out.ok() && out->exit.success() && answered_generation_ != generation) {
+          answered_generation_ = generation;
+          first_answer = true;  // a held-back reload can go now
+        }
         if (imex_generation_ == generation) {
           metrics_->SetImexState(out.ok() ? ImexStateFromCtlAnswer(out->output) : "UNKNOWN");
           if (now_ready) metrics_->SetFirstReady(Clock::now() - run_started_at_);
@@ -492,13 +506,11 @@ void ImexDaemon::PollReadiness(std::stop_token stop) {
         if (imex_generation_ == generation && (ready_generation_ != generation || ready_ != now_ready)) {
           ready_generation_ = generation;
           ready_ = now_ready;
-          changed = true;
+          readiness_changed = true;
         }
       }
-      if (changed) {
-        LOG_INFO(2, "nvidia-imex readiness changed", {{"ready", now_ready}});
-        Wake();
-      }
+      if (readiness_changed) LOG_INFO(2, "nvidia-imex readiness changed", {{"ready", now_ready}});
+      if (first_answer || readiness_changed) Wake();
       ready = now_ready;
     }
     const milliseconds interval = running && !ready ? kNotReadyPollInterval : options_.ready_poll_interval;

@@ -138,6 +138,8 @@ class ImexDaemon {
   // ready, and answers about the old process no longer count.
   void ForgetImex();
   void PublishIfNeeded();
+  // Whether the running nvidia-imex has answered a query (so it handles SIGUSR1).
+  bool ImexAnswered() EXCLUDES(mutex_);
   void Wake();
   // The poller thread.
   void PollReadiness(std::stop_token stop);
@@ -187,6 +189,7 @@ class ImexDaemon {
   std::uint64_t imex_generation_ GUARDED_BY(mutex_) = 0;  // bumped at each start and exit
   bool imex_running_ GUARDED_BY(mutex_) = false;
   std::uint64_t ready_generation_ GUARDED_BY(mutex_) = 0;  // the generation `ready_` is about
+  std::uint64_t answered_generation_ GUARDED_BY(mutex_) = 0;  // the newest generation that answered a query
   bool ready_ GUARDED_BY(mutex_) = false;
   std::string fabric_problem_ GUARDED_BY(mutex_);  // FabricHealth::Message(); "" when healthy
 

@@ -1136,8 +1136,13 @@ TEST_F(CdControllerTest, EntryIsWrittenBeforeTheKubeletReportsThePodIp) {
   ASSERT_TRUE(reported.ok()) << reported.status();
   Apply(d, "Ready");
   ASSERT_TRUE(cds_->WaitFor(CdKey("cd-early-ip"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  // The domain's status may count the pod's Ready before the clique write
+  // (it reads the live pod), so the entry is awaited, not read at once.
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [](const auto& o) {
+    return o && Str(Daemons(*o)["ea"], "/status") == "Ready";
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
   const auto entries = Daemons(*cliques_->Get(clique_key));
-  EXPECT_EQ(Str(entries.at("ea"), "/ipAddress"), ip);
+  EXPECT_EQ(Str(entries.at("ea"), "/ipAddress"), ip) << "the entry kept the published IP";
   EXPECT_NE(Str(*cliques_->Get(clique_key), "/metadata/resourceVersion"), written) << "Ready was written";
   DeleteCdAndExpectNothingLeft(cd);
 }

@@ -720,6 +720,42 @@ TEST_F(CdDaemonTest, DaemonWaitsForItsIndexBeforeStartingImex) {
 // Gates IMEXDaemonsWithDNSNames and ComputeDomainCliques off (upstream's
 // legacy path): entries in the ComputeDomain's status.nodes, nodes.cfg lists
 // the peers' IPs, and nvidia-imex restarts when that list changes.
+// A peer's entry that arrives while this node's nvidia-imex is still
+// starting changes the hosts file at once, but the SIGUSR1 that asks for a
+// reload waits until the process answers a query: sent earlier, it would end
+// the process (the signal's default action) and cost a restart.
+TEST_F(CdDaemonTest, AReloadWaitsUntilAStartingImexAnswers) {
+  const std::string cd = "e1b2c3d4-0000-4000-8000-000000000005";
+  const std::string clique = cd + ".1";
+  constexpr auto kSlowStart = 3s;
+  auto slow = MakeNode("node-slow-start", Ip(51));
+  auto peer = MakeNode("node-late-peer", Ip(52));
+  watch_->ServeIndexes(clique);
+  StartDaemon(*slow, cd, "1", {"SIMIMEX_START_DELAY_MS=" + std::to_string(std::chrono::milliseconds(kSlowStart).count())});
+  ASSERT_TRUE(Eventually([&] { return ImexPid(*slow) > 0; })) << Log(*slow);
+  const auto imex_started = Clock::now();
+  const pid_t imex_pid = ImexPid(*slow);
+  StartDaemon(*peer, cd);
+  ASSERT_TRUE(Eventually([&] { return Slurp(slow->hosts()).find(peer->ip) != std::string::npos; })) << Log(*slow);
+  // The premise: the mapping changed while nvidia-imex was still starting.
+  ASSERT_LT(Clock::now() - imex_started, kSlowStart) << "the peer's entry came too late to test the reload's wait";
+  ASSERT_TRUE(watch_->WaitFor(clique, [&](const std::optional<json>& c) {
+    if (!c) return false;
+    auto entries = Entries(*c);
+    return entries[slow->node].value("status", "") == "Ready" && entries[peer->node].value("status", "") == "Ready";
+  }, 60s)) << Log(*slow) << Log(*peer);
+  EXPECT_EQ(ImexPid(*slow), imex_pid) << "nvidia-imex was restarted\n" << Log(*slow);
+  // The reload still went, once the process answered.
+  EXPECT_TRUE(Eventually([&] { return Slurp(slow->log()).find("asking nvidia-imex to reload") != std::string::npos; }))
+      << Log(*slow);
+  EXPECT_EQ(Slurp(slow->log()).find("exited unexpectedly"), std::string::npos) << Log(*slow);
+  for (auto* n : {slow.get(), peer.get()}) {
+    ASSERT_EQ(kill(n->process->pid(), SIGTERM), 0);
+    EXPECT_EQ(n->process->WaitExit(30s), std::optional<int>(0)) << Log(*n);
+    fs::remove_all(n->dir);
+  }
+}
+
 TEST_F(CdDaemonTest, IpModeListsPeerIpsInTheDomainStatusAndRestartsImexOnChange) {
   json cd = {{"apiVersion", "resource.nvidia.com/v1beta1"},
              {"kind", "ComputeDomain"},

@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (env.start_delay.count() > 0) std::this_thread::sleep_for(env.start_delay);
   // Blocked before anything else runs, so the daemon's signalfd sees them.
   sigset_t mask;
   sigemptyset(&mask);

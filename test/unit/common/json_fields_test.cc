@@ -1,5 +1,8 @@
 #include "common/json_fields.h"
 
+#include <string>
+#include <type_traits>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -12,7 +15,15 @@ using nlohmann::ordered_json;
 template <typename T>
 class JsonFieldsTest : public ::testing::Test {};
 using JsonTypes = ::testing::Types<json, ordered_json>;
-TYPED_TEST_SUITE(JsonFieldsTest, JsonTypes);
+// Short names: gtest's default spells out the whole template type, and ctest
+// pads every line of its report to the longest test name.
+struct JsonTypeName {
+  template <typename T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, json> ? "json" : "ordered_json";
+  }
+};
+TYPED_TEST_SUITE(JsonFieldsTest, JsonTypes, JsonTypeName);
 
 TYPED_TEST(JsonFieldsTest, ReadsPresentFieldsOfTheRightType) {
   const auto object = TypeParam::parse(R"({

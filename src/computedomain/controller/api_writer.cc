@@ -1,8 +1,11 @@
 #include "computedomain/controller/api_writer.h"
 
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "k8s/flow_control.h"
 
 namespace nvdra::computedomain::controller {
 
@@ -129,10 +132,24 @@ Status ApiWriter::ReleaseOwned(const k8s::ResourceRef& ref, const std::string& n
 }
 
 Status ApiWriter::ReleaseDomain(const k8s::ComputeDomain& cd, std::stop_token stop) {
-  auto patched = Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(), k8s::PatchType::kMerge,
-                       WithoutOurFinalizer(cd), "", stop);
-  if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();
-  return OkStatus();
+  // The first try uses the cached object; a conflict (the cache trailed a
+  // write, e.g. the garbage collector's foregroundDeletion finalizer) reads
+  // the domain afresh and tries again, as client-go's retry.RetryOnConflict,
+  // instead of failing the reconcile into the queue's backoff.
+  std::optional<k8s::ComputeDomain> current = cd;
+  return k8s::RetryOnConflict(k8s::kDefaultConflictRetry, [&]() -> Status {
+    if (!current) {
+      auto fresh = Get(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(), stop);
+      if (!fresh.ok()) return k8s::IsNotFound(fresh.status()) ? OkStatus() : fresh.status();
+      current.emplace(*std::move(fresh));
+      if (current->uid() != cd.uid() || !current->HasFinalizer(kFinalizer)) return OkStatus();
+    }
+    auto patched = Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(), k8s::PatchType::kMerge,
+                         WithoutOurFinalizer(*current), "", stop);
+    current.reset();
+    if (!patched.ok() && !k8s::IsNotFound(patched.status())) return patched.status();
+    return OkStatus();
+  }, stop);
 }
 
 void ApiWriter::Emit(const k8s::ComputeDomain& cd, k8s::EventType type, std::string_view reason,

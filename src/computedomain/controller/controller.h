@@ -111,9 +111,11 @@ class Controller {
   void Work(std::stop_token stop);
   common::Status Process(const WorkItem& item, std::stop_token stop);
   common::Status ReconcileDomain(const std::string& key, std::stop_token stop);
-  common::Status ReconcileLive(const k8s::ComputeDomain& cd, std::stop_token stop);
+  common::Status ReconcileLive(const k8s::ComputeDomain& cached, std::stop_token stop);
   common::Status EnsureFinalizer(const k8s::ComputeDomain& cd, std::stop_token stop);
-  common::StatusOr<std::optional<int>> EnsureChannel(const k8s::ComputeDomain& cd, std::stop_token stop);
+  // The domain's IMEX channel (nullopt without channel isolation); a new
+  // one is recorded in its status first, and `cd` becomes that write's result.
+  common::StatusOr<std::optional<int>> EnsureChannel(k8s::ComputeDomain& cd, std::stop_token stop);
   common::Status EnsureDaemonObjects(const k8s::ComputeDomain& cd, std::stop_token stop);
   // Drops every part's memory of domain `uid` once its objects are gone.
   void ForgetDomain(const std::string& uid);

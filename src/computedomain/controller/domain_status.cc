@@ -120,6 +120,12 @@ void StatusWriteMemo::Remember(const std::string& uid, const std::string& base_v
   written_[uid] = {base_version, result_version, body};
 }
 
+std::chrono::milliseconds NodesWritePacer::Wait(const std::string& uid, Clock::time_point now) const {
+  auto it = last_.find(uid);
+  if (it == last_.end() || now - it->second >= interval_) return std::chrono::milliseconds(0);
+  return std::chrono::ceil<std::chrono::milliseconds>(it->second + interval_ - now);
+}
+
 void DomainStatusUpdater::ObserveStatus(const std::string& uid, const std::string& status) {
   if (options_.metrics == nullptr) return;
   common::GaugeFamily info = options_.metrics->AddGauge(
@@ -143,6 +149,7 @@ void DomainStatusUpdater::Forget(const std::string& uid) {
   common::MutexLock lock(status_mu_);
   last_category_.erase(uid);
   written_.Forget(uid);
+  nodes_pacer_.Forget(uid);
 }
 
 Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token stop) {
@@ -188,6 +195,14 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   {
     common::MutexLock lock(status_mu_);
     if (written_.AlreadyWritten(uid, base, patch)) return common::OkStatus();  // our write is not in the cache yet
+    if (current_status == report.status) {
+      // Only status.nodes changed: paced (NodesWritePacer); the reconcile
+      // after the wait writes what the entries say then.
+      if (const auto wait = nodes_pacer_.Wait(uid, NodesWritePacer::Clock::now()); wait.count() > 0) {
+        look_again_(cd.Key(), wait);
+        return common::OkStatus();
+      }
+    }
   }
   auto result = writer_.Patch(k8s::resources::kComputeDomains, cd.namespace_name(), cd.name(),
                               k8s::PatchType::kMerge, patch, "status", stop);
@@ -195,6 +210,7 @@ Status DomainStatusUpdater::Update(const k8s::ComputeDomain& cd, std::stop_token
   {
     common::MutexLock lock(status_mu_);
     written_.Remember(uid, base, common::JsonString(*result, {"metadata", "resourceVersion"}), patch);
+    if (write_nodes) nodes_pacer_.Wrote(uid, NodesWritePacer::Clock::now());
   }
   if (current_status != report.status) {
     LOG_INFO(0, "status changed",

@@ -5,14 +5,16 @@
 // it differs, announced by an Event on each change of reason, and counted in
 // nvidia_dra_compute_domain_info{status}.
 // Defines: DomainStatusReport, ComputeDomainStatus(), StatusWriteMemo,
-// DomainStatusUpdater.
+// NodesWritePacer, DomainStatusUpdater.
 //
 // Ownership: DomainStatusUpdater borrows the ApiWriter, the caches and the
 // options (all must outlive it) and owns its per-domain memory.
-// Thread-safety: ComputeDomainStatus is pure; StatusWriteMemo is
-// thread-compatible; DomainStatusUpdater is thread-safe.
+// Thread-safety: ComputeDomainStatus is pure; StatusWriteMemo and
+// NodesWritePacer are thread-compatible; DomainStatusUpdater is thread-safe.
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stop_token>
@@ -74,10 +76,37 @@ class StatusWriteMemo {
   std::map<std::string, Written> written_;  // domain UID -> last write
 };
 
+// Paces writes that change only status.nodes (not status.status) to one per
+// domain per `interval`. Every write of the status is watched by each
+// node's kubelet plugin, and a forming domain's daemons change their entries
+// one by one: unpaced, N entries cost N writes seen by N plugins. A change
+// of status.status (Ready, NotReady) is never held back.
+class NodesWritePacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit NodesWritePacer(std::chrono::milliseconds interval) : interval_(interval) {}
+  // How long a nodes-only write of `uid` must wait at `now`; zero: write.
+  std::chrono::milliseconds Wait(const std::string& uid, Clock::time_point now) const;
+  // A write carrying status.nodes of `uid` went out at `now`.
+  void Wrote(const std::string& uid, Clock::time_point now) { last_[uid] = now; }
+  void Forget(const std::string& uid) { last_.erase(uid); }
+
+ private:
+  const std::chrono::milliseconds interval_;
+  std::map<std::string, Clock::time_point> last_;
+};
+
 class DomainStatusUpdater {
  public:
-  DomainStatusUpdater(ApiWriter& writer, const ControllerCaches& caches, const ControllerOptions& options)
-      : writer_(writer), caches_(caches), options_(options) {}
+  // Called with a domain's key and a delay when a paced write is held back:
+  // the domain must be reconciled again after it.
+  using LookAgain = std::function<void(const std::string& key, std::chrono::milliseconds after)>;
+  // The least time between two writes of a domain's status.nodes alone.
+  static constexpr std::chrono::milliseconds kNodesWriteInterval{1000};
+
+  DomainStatusUpdater(ApiWriter& writer, const ControllerCaches& caches, const ControllerOptions& options,
+                      LookAgain look_again)
+      : writer_(writer), caches_(caches), options_(options), look_again_(std::move(look_again)) {}
 
   // Computes the domain's status, emits an Event when its reason changed,
   // and patches status (status subresource) when it differs. API errors as
@@ -100,6 +129,8 @@ class DomainStatusUpdater {
   // domain UID -> status counted in the info gauge
   std::map<std::string, std::string> observed_status_ GUARDED_BY(status_mu_);
   StatusWriteMemo written_ GUARDED_BY(status_mu_);
+  const LookAgain look_again_;
+  NodesWritePacer nodes_pacer_ GUARDED_BY(status_mu_){kNodesWriteInterval};
 };
 
 }  // namespace nvdra::computedomain::controller

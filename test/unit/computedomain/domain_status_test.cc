@@ -3,6 +3,7 @@
 
 #include "computedomain/controller/domain_status.h"
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -167,6 +168,21 @@ TEST(StatusWriteMemoTest, VersionsThatAreNotNumbersAreWrittenAgain) {
   memo.Remember("u1", "a", "c", body);
   EXPECT_TRUE(memo.AlreadyWritten("u1", "a", body));
   EXPECT_FALSE(memo.AlreadyWritten("u1", "b", body));
+}
+
+TEST(NodesWritePacerTest, AFirstWriteGoesAtOnceAndTheNextWaitsOutTheInterval) {
+  using namespace std::chrono_literals;
+  NodesWritePacer pacer(1000ms);
+  const auto t0 = NodesWritePacer::Clock::time_point() + 100s;
+  EXPECT_EQ(pacer.Wait("u1", t0), 0ms);
+  pacer.Wrote("u1", t0);
+  EXPECT_EQ(pacer.Wait("u1", t0), 1000ms);
+  EXPECT_EQ(pacer.Wait("u1", t0 + 250ms), 750ms);
+  EXPECT_EQ(pacer.Wait("u1", t0 + 999'500us), 1ms) << "rounded up: never a busy loop of zero waits";
+  EXPECT_EQ(pacer.Wait("u1", t0 + 1000ms), 0ms);
+  EXPECT_EQ(pacer.Wait("u2", t0), 0ms) << "each domain is paced on its own";
+  pacer.Forget("u1");
+  EXPECT_EQ(pacer.Wait("u1", t0 + 1ms), 0ms);
 }
 
 }  // namespace

@@ -49,16 +49,22 @@ DomainWatch::~DomainWatch() {
   Cancel();
   if (node_) node_->Stop();
   if (daemon_pods_) daemon_pods_->Stop();
-  if (cliques_) cliques_->Stop();
+  std::shared_ptr<k8s::cache::Informer> cliques;
+  {
+    common::MutexLock lock(cliques_mu_);
+    cliques = std::move(cliques_);
+  }
+  if (cliques) cliques->Stop();
   if (domains_) domains_->Stop();
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, DomainWatchOptions options) {
-  std::unique_ptr<k8s::cache::ListWatch> cliques;
+  ListWatchSource cliques;
   std::unique_ptr<k8s::cache::ListWatch> daemon_pods;
   if (options.cliques_enabled) {
-    cliques = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques,
-                                                   options.driver_namespace);
+    cliques = [&client, ns = options.driver_namespace] {
+      return std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomainCliques, ns);
+    };
   }
   daemon_pods = std::make_unique<k8s::RestListWatch>(client, k8s::resources::kPods, options.driver_namespace);
   return StartWith(std::make_unique<k8s::RestListWatch>(client, k8s::resources::kComputeDomains, ""),
@@ -67,7 +73,7 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::Start(k8s::Client& client, D
 }
 
 StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
-                                                              std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                              ListWatchSource cliques,
                                                               std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
                                                               DomainWatchOptions options,
                                                               std::unique_ptr<k8s::cache::ListWatch> node) {
@@ -107,12 +113,13 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
   });
   watch->domains_->Start();
 
-  if (watch->options_.cliques_enabled && cliques) {
-    k8s::cache::InformerOptions clique_options;
-    clique_options.description = "resource.nvidia.com/v1beta1/computedomaincliques";
-    watch->cliques_ = std::make_unique<k8s::cache::Informer>(std::move(cliques), clique_options);
-    watch->cliques_->AddEventHandler(notify);
-    watch->cliques_->Start();
+  watch->notify_ = notify;
+  if (watch->options_.cliques_enabled) watch->clique_source_ = std::move(cliques);
+  std::shared_ptr<k8s::cache::Informer> clique_informer = watch->StartCliqueInformer(watch->options_.clique_id);
+  {
+    common::MutexLock lock(watch->cliques_mu_);
+    watch->clique_id_ = watch->options_.clique_id;
+    watch->cliques_ = clique_informer;
   }
   if (daemon_pods) {
     k8s::cache::InformerOptions pod_options;
@@ -134,12 +141,42 @@ StatusOr<std::unique_ptr<DomainWatch>> DomainWatch::StartWith(std::unique_ptr<k8
 
   const auto deadline = k8s::workqueue::RealClock().Now() + watch->options_.sync_timeout;
   if (!watch->domains_->WaitForSyncUntil(deadline) ||
-      (watch->cliques_ && !watch->cliques_->WaitForSyncUntil(deadline))) {
+      (clique_informer && !clique_informer->WaitForSyncUntil(deadline))) {
     return common::DeadlineExceededError(
         fmt::format("ComputeDomain{} informers did not sync within {} s (are the CRDs installed?)",
-                    watch->cliques_ ? " and ComputeDomainClique" : "", watch->options_.sync_timeout.count()));
+                    clique_informer ? " and ComputeDomainClique" : "", watch->options_.sync_timeout.count()));
   }
   return watch;
+}
+
+std::shared_ptr<k8s::cache::Informer> DomainWatch::StartCliqueInformer(const std::string& clique_id) const {
+  if (!clique_source_ || clique_id.empty()) return nullptr;
+  k8s::cache::InformerOptions clique_options;
+  clique_options.label_selector = fmt::format("{}={}", kComputeDomainCliqueLabel, clique_id);
+  clique_options.description = "resource.nvidia.com/v1beta1/computedomaincliques " + clique_options.label_selector;
+  auto informer = std::make_shared<k8s::cache::Informer>(clique_source_(), clique_options);
+  informer->AddEventHandler(notify_);
+  informer->Start();
+  return informer;
+}
+
+void DomainWatch::SetCliqueId(const std::string& clique_id) {
+  {
+    common::MutexLock lock(cliques_mu_);
+    if (clique_id == clique_id_) return;
+  }
+  // Not waited for: until it has listed, readiness comes from the daemon pod
+  // and the domain's status.nodes.
+  std::shared_ptr<k8s::cache::Informer> started = StartCliqueInformer(clique_id);
+  std::shared_ptr<k8s::cache::Informer> old;
+  {
+    common::MutexLock lock(cliques_mu_);
+    clique_id_ = clique_id;
+    old = std::exchange(cliques_, std::move(started));
+  }
+  if (old) old->Stop();
+  LOG_INFO(2, "watching the cliques of this node's clique ID", {{"cliqueID", clique_id}});
+  Notify();
 }
 
 void DomainWatch::SetDomainDeletedHandler(std::function<void()> handler) {
@@ -208,9 +245,14 @@ bool DomainWatch::NodeReady(const k8s::ComputeDomain& cd, const std::string& cli
   if (daemon_pods_ && options_.cliques_enabled && !clique_id.empty() && DaemonPodReady(cd, clique_id)) {
     return true;
   }
-  if (cliques_ && !clique_id.empty()) {
+  std::shared_ptr<k8s::cache::Informer> cliques;
+  {
+    common::MutexLock lock(cliques_mu_);
+    cliques = cliques_;
+  }
+  if (cliques && !clique_id.empty()) {
     const std::string key = fmt::format("{}/{}.{}", options_.driver_namespace, cd.uid(), clique_id);
-    if (k8s::cache::ObjectPtr object = cliques_->store().Get(key)) {
+    if (k8s::cache::ObjectPtr object = cliques->store().Get(key)) {
       for (const k8s::CliqueDaemon& daemon : k8s::ComputeDomainClique(*object).daemons()) {
         if (daemon.node_name() == options_.node_name && daemon.status() == kReady) return true;
       }

@@ -2,8 +2,12 @@
 
 // What the compute-domain kubelet plugin knows about ComputeDomains and their
 // ComputeDomainCliques: informers on ComputeDomains (cluster-wide, indexed by
-// UID), ComputeDomainCliques in the driver namespace when the gate
-// ComputeDomainCliques is on, and the IMEX daemon pods on this node; the
+// UID), the ComputeDomainCliques of this node's clique ID in the driver
+// namespace when the gate ComputeDomainCliques is on (selected by their
+// resource.nvidia.com/computeDomain.cliqueID label, which upstream's daemons
+// and our controller both set: a rack of several cliques sends each plugin
+// only its own clique's writes; none while the node has no clique ID; a new
+// clique ID starts a new informer), and the IMEX daemon pods on this node; the
 // readiness of this node's IMEX daemon in a domain, read from their caches,
 // and the domains whose daemon runs here (the unused-label check); and this
 // node's own Node object, whose domain label a channel claim's prepare reads
@@ -49,6 +53,7 @@ namespace nvdra::computedomain {
 
 struct DomainWatchOptions {
   std::string node_name;
+  std::string clique_id;           // this node's clique ID at start ("": none yet)
   std::string driver_namespace;  // where the cliques live (--namespace)
   bool cliques_enabled = true;   // gate ComputeDomainCliques
   std::chrono::seconds sync_timeout{60};
@@ -59,12 +64,14 @@ class DomainWatch {
   // Starts the informers and waits for their first lists. kDeadlineExceeded
   // when they do not sync within sync_timeout (CRDs missing, no access).
   static common::StatusOr<std::unique_ptr<DomainWatch>> Start(k8s::Client& client, DomainWatchOptions options);
-  // The same over given list-watches (tests): `cliques` may be null when
+  // Makes the list-watch of each clique informer (one per clique ID).
+  using ListWatchSource = std::function<std::unique_ptr<k8s::cache::ListWatch>()>;
+  // The same over given list-watches (tests): `cliques` may be empty when
   // options.cliques_enabled is false; `daemon_pods` (this node's daemon
   // pods in the driver namespace) and `node` (this node) may be null.
   // Readiness reads the daemon pods only with cliques enabled.
   static common::StatusOr<std::unique_ptr<DomainWatch>> StartWith(std::unique_ptr<k8s::cache::ListWatch> domains,
-                                                                  std::unique_ptr<k8s::cache::ListWatch> cliques,
+                                                                  ListWatchSource cliques,
                                                                   std::unique_ptr<k8s::cache::ListWatch> daemon_pods,
                                                                   DomainWatchOptions options,
                                                                   std::unique_ptr<k8s::cache::ListWatch> node = nullptr);
@@ -76,7 +83,11 @@ class DomainWatch {
   std::optional<k8s::ComputeDomain> FindByUid(const std::string& uid) const;
 
   // Whether this node's daemon is Ready in domain `cd` (see the file comment).
-  bool NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
+  bool NodeReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const EXCLUDES(cliques_mu_);
+
+  // This node's clique ID changed: the cliques of the new ID are watched
+  // from now on (the old informer stops). An empty ID watches none.
+  void SetCliqueId(const std::string& clique_id) EXCLUDES(cliques_mu_);
 
   // UIDs of the domains with a live (not terminating) daemon pod on this
   // node, from the pod cache; empty without the pod informer.
@@ -108,6 +119,9 @@ class DomainWatch {
   void Notify() EXCLUDES(mu_);
 
   void DomainDeleted() EXCLUDES(handler_mu_);
+  // A started informer on the cliques labelled with `clique_id`; null
+  // without cliques or for "".
+  std::shared_ptr<k8s::cache::Informer> StartCliqueInformer(const std::string& clique_id) const;
   // This node's live daemon pod of `cd` in `clique_id` says Ready.
   bool DaemonPodReady(const k8s::ComputeDomain& cd, const std::string& clique_id) const;
 
@@ -117,9 +131,14 @@ class DomainWatch {
   common::Mutex mu_;  // guards cancelled_; pairs with changed_
   std::condition_variable changed_;
   bool cancelled_ GUARDED_BY(mu_) = false;
+  ListWatchSource clique_source_;         // set once in StartWith
+  k8s::cache::EventHandler notify_;       // set once in StartWith: wakes WaitFor
+  mutable common::Mutex cliques_mu_;  // guards the clique informer and its ID (taken after mu_)
+  std::string clique_id_ GUARDED_BY(cliques_mu_);
   // Last: they stop (joining their threads) before the members above go.
   std::unique_ptr<k8s::cache::Informer> domains_;
-  std::unique_ptr<k8s::cache::Informer> cliques_;
+  // Shared: a reader keeps the informer it read while SetCliqueId swaps it.
+  std::shared_ptr<k8s::cache::Informer> cliques_ GUARDED_BY(cliques_mu_);
   std::unique_ptr<k8s::cache::Informer> daemon_pods_;
   std::unique_ptr<k8s::cache::Informer> node_;
 };

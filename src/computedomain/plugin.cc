@@ -169,6 +169,7 @@ StatusOr<std::unique_ptr<ComputeDomainKubeletPlugin>> ComputeDomainKubeletPlugin
 
   ASSIGN_OR_RETURN(parts->watch, DomainWatch::Start(*parts->client,
                                                     {.node_name = config.plugin.node_name,
+                                                     .clique_id = clique_id,
                                                      .driver_namespace = config.plugin.driver_namespace,
                                                      .cliques_enabled = gates.Enabled("ComputeDomainCliques")}));
   CdDeviceStateOptions state_options;
@@ -231,6 +232,7 @@ void ComputeDomainKubeletPlugin::Run(std::stop_token stop) {
     if (clique->empty() || *clique == parts_->device_state->clique_id()) return;
     LOG_INFO(0, "clique id changed", {{"old", parts_->device_state->clique_id()}, {"new", *clique}});
     parts_->device_state->set_clique_id(*clique);
+    parts_->watch->SetCliqueId(*clique);
     if (parts_->clique_label) {
       if (Status s = PatchCliqueLabel(*parts_->client, parts_->node_name, *clique); !s.ok()) {
         LOG_ERROR("cannot update the node's clique label", {{"err", s}});

@@ -217,7 +217,13 @@ class CdPluginTest : public ::testing::Test {
   void MarkCliqueReady(const std::string& cd_uid, const std::string& clique_id) {
     json clique = {{"apiVersion", "resource.nvidia.com/v1beta1"},
                    {"kind", "ComputeDomainClique"},
-                   {"metadata", {{"name", cd_uid + "." + clique_id}, {"namespace", kDriverNamespace}}},
+                   {"metadata",
+                    {{"name", cd_uid + "." + clique_id},
+                     {"namespace", kDriverNamespace},
+                     // As every writer of cliques labels them; the plugin lists by the clique ID.
+                     {"labels",
+                      {{"resource.nvidia.com/computeDomain", cd_uid},
+                       {"resource.nvidia.com/computeDomain.cliqueID", clique_id}}}}},
                    {"daemons", json::array({{{"nodeName", node_name_},
                                              {"ipAddress", "10.0.0.1"},
                                              {"cliqueID", clique_id},

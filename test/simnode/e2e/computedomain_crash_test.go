@@ -243,7 +243,7 @@ func (e *cdEnvironment) writeCliqueEntry(ctx context.Context, t *testing.T, cd *
 		obj = &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "resource.nvidia.com/v1beta1",
 			"kind":       "ComputeDomainClique",
-			"metadata":   map[string]any{"name": name, "namespace": cdDriverNamespace},
+			"metadata":   map[string]any{"name": name, "namespace": cdDriverNamespace, "labels": cliqueLabels(name)},
 			"daemons":    []any{entry},
 		}}
 		_, err = res.Create(ctx, obj, metav1.CreateOptions{})

@@ -529,6 +529,14 @@ func (cd *computeDomain) daemonSetName() string { return "computedomain-daemon-"
 // cliqueName is the ComputeDomainClique of the domain's daemons in clique.
 func (cd *computeDomain) cliqueName(clique string) string { return string(cd.uid) + "." + clique }
 
+// cliqueLabels are the labels every writer of a clique "<uid>.<cliqueID>"
+// puts on it (upstream's daemons, our controller); the kubelet plugin lists
+// cliques by the clique ID label.
+func cliqueLabels(name string) map[string]any {
+	uid, clique, _ := strings.Cut(name, ".")
+	return map[string]any{"resource.nvidia.com/computeDomain": uid, "resource.nvidia.com/computeDomain.cliqueID": clique}
+}
+
 // createComputeDomain creates a ComputeDomain and then, playing the
 // compute-domain controller (issue 9), the daemon ResourceClaimTemplate and
 // DaemonSet in the driver namespace and the workload ResourceClaimTemplate
@@ -891,7 +899,7 @@ func (w *cliqueWatch) apply(clique string, daemons []any) {
 	intent := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "resource.nvidia.com/v1beta1",
 		"kind":       "ComputeDomainClique",
-		"metadata":   map[string]any{"name": clique, "namespace": cdDriverNamespace},
+		"metadata":   map[string]any{"name": clique, "namespace": cdDriverNamespace, "labels": cliqueLabels(clique)},
 		"daemons":    daemons,
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -38,11 +38,12 @@ json Domain(const std::string& uid, const std::string& rv, const json& nodes = j
   return cd;
 }
 
-json Clique(const std::string& uid, const std::string& rv, const std::string& status) {
+json Clique(const std::string& uid, const std::string& rv, const std::string& status,
+            const std::string& clique = kClique) {
   return {{"apiVersion", "resource.nvidia.com/v1beta1"},
           {"kind", "ComputeDomainClique"},
-          {"metadata", {{"name", uid + "." + kClique}, {"namespace", kDriverNs}, {"resourceVersion", rv}}},
-          {"daemons", json::array({{{"nodeName", kNode}, {"ipAddress", "10.0.0.1"}, {"cliqueID", kClique},
+          {"metadata", {{"name", uid + "." + clique}, {"namespace", kDriverNs}, {"resourceVersion", rv}}},
+          {"daemons", json::array({{{"nodeName", kNode}, {"ipAddress", "10.0.0.1"}, {"cliqueID", clique},
                                     {"index", 0}, {"status", status}}})}};
 }
 
@@ -73,11 +74,13 @@ json Node(const std::string& uid, const std::string& rv) {
 
 class DomainWatchTest : public ::testing::Test {
  protected:
-  void Start(bool cliques_enabled = true, bool node = false) {
-    auto started = DomainWatch::StartWith(domains_.NewListWatch(),
-                                          cliques_enabled ? cliques_.NewListWatch() : nullptr,
+  void Start(bool cliques_enabled = true, bool node = false, const std::string& clique_id = kClique) {
+    DomainWatch::ListWatchSource cliques;
+    if (cliques_enabled) cliques = [this] { return cliques_.NewListWatch(); };
+    auto started = DomainWatch::StartWith(domains_.NewListWatch(), std::move(cliques),
                                           cliques_enabled ? pods_.NewListWatch() : nullptr,
                                           {.node_name = kNode,
+                                           .clique_id = clique_id,
                                            .driver_namespace = kDriverNs,
                                            .cliques_enabled = cliques_enabled,
                                            .sync_timeout = std::chrono::seconds(10)},
@@ -149,6 +152,43 @@ TEST_F(DomainWatchTest, ReadyFromTheCliqueEntryOrTheDomainStatus) {
   std::optional<k8s::ComputeDomain> cd = watch_->FindByUid("u1");
   ASSERT_TRUE(cd.has_value());
   EXPECT_FALSE(watch_->NodeReady(*cd, ""));
+}
+
+// A plugin lists and watches only the cliques of its node's clique ID (by
+// label), so that in a rack of several cliques it does not receive the
+// others' writes; a new clique ID swaps the informer, and "" watches none.
+TEST_F(DomainWatchTest, OnlyTheCliquesOfThisNodesCliqueIdAreWatchedAndANewIdSwapsThem) {
+  domains_.QueueList({Domain("u1", "5")}, "5");
+  cliques_.QueueList({Clique("u1", "3", "Ready")}, "3");
+  Start();
+  ASSERT_EQ(cliques_.ListOptionsSeen().size(), 1u);
+  EXPECT_EQ(cliques_.ListOptionsSeen()[0].label_selector,
+            std::string("resource.nvidia.com/computeDomain.cliqueID=") + kClique);
+  EXPECT_TRUE(Ready("u1"));
+
+  cliques_.QueueList({}, "4");
+  watch_->SetCliqueId("cluster.9");
+  ASSERT_TRUE(cliques_.WaitForListCalls(2));
+  EXPECT_EQ(cliques_.ListOptionsSeen()[1].label_selector, "resource.nvidia.com/computeDomain.cliqueID=cluster.9");
+  std::optional<k8s::ComputeDomain> cd = watch_->FindByUid("u1");
+  ASSERT_TRUE(cd.has_value());
+  EXPECT_FALSE(Ready("u1")) << "the old clique ID's informer is gone";
+  // The new informer's watch (call #1; #0 was the first informer's) feeds waiters.
+  auto stream = cliques_.WaitForWatch(1).stream;
+  ASSERT_NE(stream, nullptr);
+  stream->Push(WatchEventType::kAdded, Clique("u1", "6", "Ready", "cluster.9"));
+  EXPECT_TRUE(watch_->WaitFor([&] { return watch_->NodeReady(*cd, "cluster.9"); }, Clock::now() + kTestTimeout));
+
+  watch_->SetCliqueId("");
+  EXPECT_FALSE(watch_->NodeReady(*cd, "cluster.9")) << "no clique informer without a clique ID";
+  EXPECT_EQ(cliques_.ListCalls(), 2u);
+}
+
+TEST_F(DomainWatchTest, NoCliqueInformerWhileTheNodeHasNoCliqueId) {
+  domains_.QueueList({Domain("u1", "5", json::array({{{"name", kNode}, {"status", "Ready"}}}))}, "5");
+  Start(/*cliques_enabled=*/true, /*node=*/false, /*clique_id=*/"");
+  EXPECT_EQ(cliques_.ListWatchesMade(), 0u);
+  EXPECT_TRUE(Ready("u1")) << "status.nodes still counts";
 }
 
 TEST_F(DomainWatchTest, WaitForWakesOnTheWatchEvent) {

@@ -21,6 +21,11 @@ prints, as Markdown:
      (requests(N) - burst) / qps, at the control plane's default limits (kube-controller-manager 20/s
      burst 30, kube-scheduler 50/s burst 100; our controller 20/s burst 40) and with them raised to 100.
 
+  5. per stage of a domain's formation (the work a kind of request stands for: claims made, pods
+     scheduled, daemon pods made, nodes labelled, clique entries, daemon readiness, prepare, pods on the
+     nodes...), the requests per node at each size and their fit a + b*N, and each stage's component,
+     whose CPU per node is in 1. (runs that carry requests by kind, "requests_by_kind").
+
 Only the median run of each size and control-plane setting is used; runs with raised control-plane
 limits (control_plane_qps != "default") are left out of the fit.
 """
@@ -55,6 +60,27 @@ PACED = {
     "controller": (20.0, 40, False),
 }
 RAISED_QPS = 100.0
+# Stages of a domain's formation by the requests that do them: (client, prefix of "verb resource[/sub]")
+# -> stage; the first match wins, "" matches any request of the client. The stage's component is the
+# client's.
+STAGES = [
+    ("kube-controller-manager", "create resourceclaims", "claims made from templates"),
+    ("kube-controller-manager", "create pods", "daemon pods made (DaemonSet controller)"),
+    ("kube-controller-manager", "", "other control loops"),
+    ("kube-scheduler", "", "pods scheduled, claims allocated"),
+    ("controller", "patch nodes", "nodes labelled for the domain"),
+    ("controller", "update nodes", "nodes labelled for the domain"),
+    ("controller", "apply computedomaincliques", "clique entries and indexes"),
+    ("controller", "patch computedomaincliques", "clique entries and indexes"),
+    ("controller", "create computedomaincliques", "clique entries and indexes"),
+    ("controller", "patch computedomains/status", "domain status"),
+    ("controller", "create events", "domain Events"),
+    ("controller", "", "domain objects (finalizer, templates, DaemonSet)"),
+    ("cd-daemon", "", "daemon joins and says Ready"),
+    ("cd-plugin", "", "channel prepared (plugin)"),
+    ("kubelet", "", "pods on the nodes (kubelet)"),
+    ("bench", "", "the workload's submission (benchmark)"),
+]
 
 
 def load(path):
@@ -80,6 +106,26 @@ def cpu_by_component(cpu):
     for program, seconds in cpu.items():
         comp = PROGRAMS.get(program, "other")
         out[comp] = out.get(comp, 0.0) + seconds
+    return out
+
+
+def stage_of(client, kind):
+    for c, prefix, stage in STAGES:
+        if c == client and kind.startswith(prefix):
+            return stage
+    return f"{client}: other"
+
+
+def requests_by_stage(run):
+    """{(stage, client): requests} of a run; None when it carries no requests by kind."""
+    kinds = run.get("requests_by_kind")
+    if kinds is None:
+        return None
+    out = {}
+    for client, counts in kinds.items():
+        for kind, n in counts.items():
+            key = (stage_of(client, kind), client)
+            out[key] = out.get(key, 0) + n
     return out
 
 
@@ -190,6 +236,20 @@ def main():
                 waits.append(max(0.0, (a + b * n - burst) / qps))
             print(f"| {n} | {label} | " + " | ".join(f"{w:.1f} s" for w in waits) +
                   f" | {t_chain + max(waits):.1f} |")
+
+    # 5. Per stage.
+    staged = {n: requests_by_stage(chosen[n]) for n in sizes}
+    if any(staged[n] is None for n in xs):
+        print("\n(No requests by kind in these runs: the per-stage table needs a newer benchmark run.)")
+        return
+    keys = sorted({k for n in sizes if staged[n] for k in staged[n]}, key=lambda k: (k[1], k[0]))
+    print(f"\n### Requests per node by stage (the kind of request that does it) and its fit over {xs} nodes\n")
+    print("| stage | component | " + " | ".join(f"{n} nodes" for n in sizes) + " | a | b (per node) |")
+    print("|---|---|" + "---|" * len(sizes) + "---|---|")
+    for key in keys:
+        a, b = fit_line(xs, [staged[n].get(key, 0) for n in xs])
+        cells = " | ".join(f"{staged[n].get(key, 0) / n:.2f}" if staged[n] is not None else "-" for n in sizes)
+        print(f"| {key[0]} | {key[1]} | {cells} | {a:.1f} | {b:.2f} |")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ def run(nodes, qps="default", running=None):
             "running_s": running if running is not None else 1 + (0.5 * nodes + 0.001 * nodes * nodes) / 2,
             "window_s": 0, "requests": {"kube-controller-manager": 4 * nodes + 10, "kube-scheduler": 2 * nodes,
                                         "controller": 3 * nodes + 20, "kubelet": 20 * nodes},
+            "requests_by_kind": {"kube-controller-manager": {"create resourceclaims": 2 * nodes,
+                                                             "create pods": 2 * nodes + 10},
+                                 "controller": {"patch nodes": nodes, "patch computedomains/status": 20,
+                                                "apply computedomaincliques": 2 * nodes}},
             "cpu_s": cpu, "stages": {}, "floor": {"running_s": 1.0, "requests": {}, "cpu_s": {}, "stages": {}}}
 
 
@@ -107,6 +111,21 @@ class CostModelTest(unittest.TestCase):
         self.assertIn("| 256 | default | 50.2 s | 8.2 s | 37.4 s | 52.2 |", out)
         # Raised: kcm (1034-200)/100 = 8.3 s, scheduler (512-200)/100 = 3.1 s, ours still 20/s: 37.4 s.
         self.assertIn("| 256 | raised to 100/s | 8.3 s | 3.1 s | 37.4 s | 39.4 |", out)
+
+    def test_requests_by_stage_per_node_and_their_fit(self):
+        out = self.model([run(4), run(18), run(72)])
+        # Claims 2N: 2 per node at every size, a=0 b=2; the DaemonSet's pods 2N+10: 4.5 per node at 4.
+        self.assertIn("| claims made from templates | kube-controller-manager | 2.00 | 2.00 | 2.00 | 0.0 | 2.00 |", out)
+        self.assertIn("| daemon pods made (DaemonSet controller) | kube-controller-manager | 4.50 |", out)
+        self.assertIn("| domain status | controller | 5.00 | 1.11 | 0.28 | 20.0 | 0.00 |", out)
+        self.assertIn("| clique entries and indexes | controller | 2.00 |", out)
+        self.assertIn("| nodes labelled for the domain | controller | 1.00 |", out)
+
+    def test_no_stage_table_for_runs_without_requests_by_kind(self):
+        runs = [run(4), run(18), run(72)]
+        for r in runs:
+            del r["requests_by_kind"]
+        self.assertIn("needs a newer benchmark run", self.model(runs))
 
     def test_refuses_a_fit_without_its_sizes(self):
         with self.assertRaises(subprocess.CalledProcessError) as e:

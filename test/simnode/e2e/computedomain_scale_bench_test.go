@@ -1087,14 +1087,15 @@ func (r cdScaleResult) write(t *testing.T) {
 		emit("ratio_to_floor", float64(int(r.ratioToFloor()*1000+0.5))/1000, "x")
 	}
 	// The whole run for the cost model (bench/cd_cost_model.py): stages,
-	// requests by client and CPU seconds by program, ours and the floor's.
+	// requests by client and by client and kind ("verb resource[/sub]"), and
+	// CPU seconds by program, ours and the floor's.
 	run := map[string]any{"bench": "cd_scale_run", "nodes": r.Nodes, "control_plane_qps": r.ControlPlaneQPS,
 		"window_s": r.Window.Seconds(), "running_s": r.Running.Seconds(), "requests": r.Audit.byClient,
-		"cpu_s": r.CPU, "stages": stageMap(r.Stages), "load": r.LoadAvg}
+		"requests_by_kind": r.Audit.byVerb, "cpu_s": r.CPU, "stages": stageMap(r.Stages), "load": r.LoadAvg}
 	if r.FloorRan {
 		run["floor"] = map[string]any{"window_s": r.Floor.Window.Seconds(), "running_s": r.Floor.Running.Seconds(),
-			"requests": r.Floor.Audit.byClient, "cpu_s": r.Floor.CPU, "stages": stageMap(r.Floor.Stages),
-			"first": r.FloorFirst}
+			"requests": r.Floor.Audit.byClient, "requests_by_kind": r.Floor.Audit.byVerb, "cpu_s": r.Floor.CPU,
+			"stages": stageMap(r.Floor.Stages), "first": r.FloorFirst}
 	}
 	line, _ := json.Marshal(run)
 	fmt.Fprintln(f, string(line))

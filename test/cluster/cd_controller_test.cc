@@ -1078,6 +1078,13 @@ TEST_F(CdControllerTest, ManyDaemonsAtOnceAreWrittenByTheControllerAlone) {
   const std::map<std::string, json> joined = Daemons(*cliques_->Get(clique_key));
   all_at_once("Ready");
   ASSERT_TRUE(cds_->WaitFor(CdKey("cd-many"), [](const auto& o) { return o && Str(*o, "/status/status") == "Ready"; }));
+  // The domain counts a pod's Ready before the clique write, which follows.
+  ASSERT_TRUE(cliques_->WaitFor(clique_key, [&](const auto& o) {
+    if (!o) return false;
+    const auto entries = Daemons(*o);
+    return entries.size() == static_cast<size_t>(kNodes) &&
+           std::all_of(entries.begin(), entries.end(), [](const auto& e) { return Str(e.second, "/status") == "Ready"; });
+  })) << cliques_->Get(clique_key).value_or(json()).dump();
 
   const json clique = *cliques_->Get(clique_key);
   EXPECT_EQ(clique["daemons"].size(), static_cast<size_t>(kNodes)) << clique.dump();

@@ -70,8 +70,8 @@ STAGES = [
     ("kube-scheduler", "", "pods scheduled, claims allocated"),
     ("controller", "patch nodes", "nodes labelled for the domain"),
     ("controller", "update nodes", "nodes labelled for the domain"),
-    ("controller", "apply computedomaincliques", "clique entries and indexes"),
-    ("controller", "patch computedomaincliques", "clique entries and indexes"),
+    ("controller", "update computedomaincliques", "clique entries and indexes"),
+    ("controller", "patch computedomaincliques", "clique entries and indexes"),  # server-side apply too
     ("controller", "create computedomaincliques", "clique entries and indexes"),
     ("controller", "patch computedomains/status", "domain status"),
     ("controller", "create events", "domain Events"),

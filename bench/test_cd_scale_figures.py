@@ -31,7 +31,7 @@ def run(nodes, qps="default", running=None):
             "requests_by_kind": {"kube-controller-manager": {"create resourceclaims": 2 * nodes,
                                                              "create pods": 2 * nodes + 10},
                                  "controller": {"patch nodes": nodes, "patch computedomains/status": 20,
-                                                "apply computedomaincliques": 2 * nodes}},
+                                                "update computedomaincliques": 2 * nodes}},
             "cpu_s": cpu, "stages": {}, "floor": {"running_s": 1.0, "requests": {}, "cpu_s": {}, "stages": {}}}
 
 

@@ -114,9 +114,31 @@ Status WriteFileAtomically(const std::filesystem::path& path, std::string_view c
 }
 
 Status WriteFileInPlace(const std::filesystem::path& path, std::string_view content) {
-  common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  // No O_TRUNC: a truncate-then-write leaves the file empty until the write,
+  // and a reader in that gap (nvidia-imex resolving its own name at start, or
+  // any resolver in the pod) finds no mapping at all. Overwrite from offset
+  // 0 instead, padded with newlines to the old length when shorter, and cut
+  // the padding off after: a reader sees the old text, the new text, or the
+  // new text followed by blank lines, never an empty or half-erased file.
+  common::UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
   if (!fd) return common::ErrnoToStatus(errno, "open " + path.string());
-  return common::WriteAll(fd.get(), content, path.string());
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return common::ErrnoToStatus(errno, "stat " + path.string());
+  const auto old_size = static_cast<std::size_t>(st.st_size);
+  std::string padded;
+  if (old_size > content.size()) {
+    padded.reserve(old_size);
+    padded.append(content);
+    padded.append(old_size - content.size(), '\n');
+  }
+  if (Status status = common::WriteAll(fd.get(), padded.empty() ? content : std::string_view(padded), path.string());
+      !status.ok()) {
+    return status;
+  }
+  if (ftruncate(fd.get(), static_cast<off_t>(content.size())) != 0) {
+    return common::ErrnoToStatus(errno, "truncate " + path.string());
+  }
+  return common::OkStatus();
 }
 
 }  // namespace nvdra::computedomain

@@ -62,9 +62,11 @@ std::string RewriteHostsFile(std::string_view hosts, const std::map<std::int64_t
 // Errors are errno-mapped, naming the path.
 common::Status WriteFileAtomically(const std::filesystem::path& path, std::string_view content);
 
-// Truncates and rewrites `path` in one write. For /etc/hosts, which the
-// container runtime bind-mounts as a single file: rename() over a mount
-// point fails with EBUSY, so the atomic writer cannot be used there.
+// Rewrites `path` in place, never leaving it empty or shorter than its new
+// content while a reader looks (overwrite from offset 0, then truncate). For
+// /etc/hosts, which the container runtime bind-mounts as a single file:
+// rename() over a mount point fails with EBUSY, so the atomic writer cannot
+// be used there.
 common::Status WriteFileInPlace(const std::filesystem::path& path, std::string_view content);
 
 }  // namespace nvdra::computedomain

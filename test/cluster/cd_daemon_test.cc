@@ -580,7 +580,8 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
   EXPECT_EQ(Sample(body, d + "imex_state{state=\"NOT_RUNNING\"}"), 0) << body;
   EXPECT_EQ(Sample(body, d + "clique_daemons{status=\"NotReady\"}"), 0) << body;
   EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"initial\"}"), 1) << body;
-  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 0) << body;
+  // An unexpected exit is logged with its status: print the daemons' logs.
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 0) << body << all_logs();
   EXPECT_EQ(Sample(body, d + "file_writes_total{file=\"imexd.cfg\",result=\"success\"}"), 1) << body;
   EXPECT_EQ(Sample(body, d + "file_writes_total{file=\"nodes.cfg\",result=\"success\"}"), 1) << body;
   EXPECT_GE(Sample(body, d + "file_writes_total{file=\"hosts\",result=\"success\"}").value_or(0), 1) << body;
@@ -641,7 +642,7 @@ TEST_F(CdDaemonTest, FourDaemonsFormADomainSurviveAnImexCrashAndLeaveAlone) {
     body = scrape();
     return Sample(body, d + "imex_state{state=\"READY\"}") == 1 && Sample(body, d + "ready") == 1;
   })) << body;
-  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 1) << body;
+  EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"exited\"}"), 1) << body << all_logs();
   EXPECT_EQ(Sample(body, d + "imex_starts_total{reason=\"initial\"}"), 1) << body;
   EXPECT_EQ(Sample(body, d + "imex_first_ready_seconds"), first_ready) << body;
   SaveMetricsScrape("compute-domain-daemon", body);

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -82,6 +84,54 @@ TEST(WriteFileTest, AtomicWriteReplacesAndLeavesNoTemporaryFile) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
   EXPECT_EQ(WriteFileAtomically(dir / "missing" / "x", "y").code(), common::StatusCode::kNotFound);
   std::filesystem::remove_all(dir);
+}
+
+TEST(WriteFileTest, InPlaceWriteGrowsAndShrinksExactly) {
+  char dir_template[] = "/tmp/imex-files-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path hosts = std::filesystem::path(dir_template) / "hosts";
+  ASSERT_TRUE(WriteFileInPlace(hosts, "127.0.0.1\tlocalhost\n10.0.0.1\tpeer-0\n10.0.0.2\tpeer-1\n").ok());
+  ASSERT_TRUE(WriteFileInPlace(hosts, "127.0.0.1\tlocalhost\n").ok());
+  EXPECT_EQ(*common::ReadWholeFile(hosts), "127.0.0.1\tlocalhost\n");
+  ASSERT_TRUE(WriteFileInPlace(hosts, "127.0.0.1\tlocalhost\n10.0.0.9\tpeer-9\n").ok());
+  EXPECT_EQ(*common::ReadWholeFile(hosts), "127.0.0.1\tlocalhost\n10.0.0.9\tpeer-9\n");
+  std::filesystem::remove_all(dir_template);
+}
+
+// nvidia-imex resolves its own name through the hosts file when it starts,
+// while the daemon may be rewriting it for a peer that just joined: a reader
+// must never find the file empty or without the mappings both versions
+// share (a truncate-then-write gave it an empty file for a moment, and the
+// simulated nvidia-imex exited: "no entry of nodes.cfg is this node's
+// address").
+TEST(WriteFileTest, InPlaceRewritesNeverShowAReaderAnEmptyFile) {
+  char dir_template[] = "/tmp/imex-files-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::filesystem::path hosts = std::filesystem::path(dir_template) / "hosts";
+  const std::string shared = "127.0.0.1\tlocalhost\n10.0.0.1\tcompute-domain-daemon-0000\n";
+  const std::string longer = shared + "10.0.0.2\tcompute-domain-daemon-0001\n";
+  ASSERT_TRUE(WriteFileInPlace(hosts, longer).ok());
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0};
+  std::atomic<int> bad{0};
+  std::string first_bad;
+  std::thread reader([&] {
+    while (!done.load()) {
+      auto text = common::ReadWholeFile(hosts);
+      reads.fetch_add(1);
+      if (!text.ok() || !text->starts_with(shared)) {
+        if (bad.fetch_add(1) == 0) first_bad = text.ok() ? *text : text.status().ToString();
+      }
+    }
+  });
+  for (int i = 0; i < 20000 && bad.load() == 0; ++i) {
+    ASSERT_TRUE(WriteFileInPlace(hosts, i % 2 == 0 ? shared : longer).ok());
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(bad.load(), 0) << "after " << reads.load() << " reads, one saw: " << first_bad;
+  EXPECT_GT(reads.load(), 0);
+  std::filesystem::remove_all(dir_template);
 }
 
 }  // namespace

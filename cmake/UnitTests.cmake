@@ -8,17 +8,16 @@
 # them, but they are not in the default build and ctest has no plain
 # `unit.*` cases for them. The ASan tree then runs the unit tier alone; on
 # this 2-core machine that saves the plain compile of about 100 test files
-# (about 9 minutes of a cold CI run) and a second run of the same tests.
+# (about 1,000 s of CPU in a cold build) and a second run of the same tests.
 option(NVDRA_PLAIN_UNIT_TESTS
        "Build the unit tier's GoogleTest programs in this tree and run them under ctest (label unit)" ON)
 
-# nvdra_register_unit_gtest(<target> [TEST_PREFIX <prefix>] [TIMEOUT <seconds>]
-#                           [LABEL <label>])
+# nvdra_register_unit_gtest(<target> [TEST_PREFIX <prefix>] [TIMEOUT <seconds>])
 # Registers an existing GoogleTest executable as a unit program: its cases
-# become ctest tests (label unit unless LABEL says otherwise) when plain unit
-# tests are on, and the sanitized trees run it in every case.
+# become ctest tests (label unit) when plain unit tests are on, and the
+# sanitized trees run it in every case.
 function(nvdra_register_unit_gtest target)
-  cmake_parse_arguments(ARG "" "TEST_PREFIX;TIMEOUT;LABEL" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "TEST_PREFIX;TIMEOUT" "" ${ARGN})
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "nvdra_register_unit_gtest(${target}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -27,11 +26,7 @@ function(nvdra_register_unit_gtest target)
     set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL ON)
     return()
   endif()
-  set(_label unit)
-  if(ARG_LABEL)
-    set(_label ${ARG_LABEL})
-  endif()
-  set(_properties LABELS ${_label})
+  set(_properties LABELS unit)
   if(ARG_TIMEOUT)
     list(APPEND _properties TIMEOUT ${ARG_TIMEOUT})
   endif()

@@ -82,6 +82,8 @@ type cdClusterOptions struct {
 	// TestDriver makes the test driver's image (simnode-test-driver, see
 	// installTestDriver) runnable on the nodes.
 	TestDriver bool
+	// NodeNice is the node processes' nice value (harness.Options.Nice).
+	NodeNice int
 }
 
 // cdCluster is a started cluster with the chart installed and every
@@ -133,6 +135,7 @@ func startCDCluster(ctx context.Context, t *testing.T, opts cdClusterOptions) *c
 	hopts := harness.Options{
 		Images:      map[string]string{chartImage: setup.image},
 		GPUProfiles: map[string]string{},
+		Nice:        opts.NodeNice,
 	}
 	if opts.TestDriver {
 		driver, err := harness.DefaultBinary("simnode-test-driver")

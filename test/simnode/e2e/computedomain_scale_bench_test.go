@@ -20,7 +20,10 @@ package e2e
 //     service accounts), the compute-domain controller, the control plane's
 //     own controllers and scheduler, this test.
 // Before the submission an idle window (SIMNODE_CD_SCALE_IDLE, default 10 s)
-// gives the cluster's background request rate. Writes JSON lines to
+// gives the cluster's background request rate. SIMNODE_CD_SCALE_NODE_NICE
+// (0 to 19, default 0) starts the node processes, and so every pod's
+// processes, at that nice value: the control plane, which a real cluster
+// runs on machines of its own, then comes first on this machine's cores. Writes JSON lines to
 // SIMNODE_CD_SCALE_OUT when set (bench/collect.py makes them cd_scale.<N>.*).
 
 import (
@@ -91,6 +94,14 @@ func TestComputeDomainScaleBench(t *testing.T) {
 	// Inherited by each size's cluster-launcher.
 	t.Setenv(harness.EnvAuditLog, "1")
 	floor := os.Getenv("SIMNODE_CD_SCALE_FLOOR") != "0"
+	nice := 0
+	if v := os.Getenv("SIMNODE_CD_SCALE_NODE_NICE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 19 {
+			t.Fatalf("SIMNODE_CD_SCALE_NODE_NICE=%q: want the node processes' nice value, 0 to 19", v)
+		}
+		nice = n
+	}
 	var results []cdScaleResult
 	runs := map[int]int{} // size -> runs so far
 	for _, n := range sizes {
@@ -99,7 +110,7 @@ func TestComputeDomainScaleBench(t *testing.T) {
 		floorFirst := runs[n]%2 == 0
 		runs[n]++
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
-			r := runCDScale(t, n, perClique, idle, floor, floorFirst)
+			r := runCDScale(t, n, perClique, idle, nice, floor, floorFirst)
 			r.print()
 			r.write(t)
 			results = append(results, r)
@@ -148,6 +159,8 @@ type cdScaleResult struct {
 	// kube-controller-manager's and kube-scheduler's client QPS
 	// (CLUSTER_CONTROLLER_QPS for the launcher; "default": 20 and 50).
 	ControlPlaneQPS string
+	// NodeNice is the simulated nodes' nice value (SIMNODE_CD_SCALE_NODE_NICE).
+	NodeNice int
 	// Floor is the floor's run on the same cluster (FloorRan false when
 	// SIMNODE_CD_SCALE_FLOOR=0), before ours when FloorFirst.
 	Floor      floorResult
@@ -227,7 +240,7 @@ func (a auditCounts) controlPlane() int {
 	return a.byClient["kube-controller-manager"] + a.byClient["kube-scheduler"] + a.byClient["kube-apiserver"]
 }
 
-func runCDScale(t *testing.T, n, perClique int, idle time.Duration, floor, floorFirst bool) cdScaleResult {
+func runCDScale(t *testing.T, n, perClique int, idle time.Duration, nice int, floor, floorFirst bool) cdScaleResult {
 	// 20 minutes, and 5 s more per node: starting the plugin pods alone takes
 	// ~2.5 s per node at 256 nodes on two cores. SIMNODE_CD_SCALE_TIMEOUT
 	// sets it instead (a try at a size this machine may not manage).
@@ -246,13 +259,18 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration, floor, floor
 		cliques = append(cliques, min(left, perClique))
 	}
 	start := time.Now()
-	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: cliques, TestDriver: floor})
+	c := startCDCluster(ctx, t, cdClusterOptions{Cliques: cliques, TestDriver: floor, NodeNice: nice})
 	if floor {
 		installFloorDriver(ctx, t, c.Client, n)
 	}
 	t.Logf("%d nodes in cliques %v: cluster up in %.1f s", n, cliques, time.Since(start).Seconds())
+	for _, node := range c.Env.nodes.Nodes {
+		if got, err := node.Nice(); err != nil || got != nice {
+			t.Fatalf("node %s: nice %d (%v), want %d (SIMNODE_CD_SCALE_NODE_NICE)", node.Config.Name, got, err, nice)
+		}
+	}
 	checkPluginWatchers(t, c.Env)
-	r := cdScaleResult{Nodes: n, Cliques: len(cliques), IdleWindow: idle, FloorRan: floor, FloorFirst: floorFirst}
+	r := cdScaleResult{Nodes: n, Cliques: len(cliques), IdleWindow: idle, NodeNice: nice, FloorRan: floor, FloorFirst: floorFirst}
 
 	// This test's own client: no client-side limit (client-go's default of
 	// 5 per second would make submitting N pods the slowest part), and a
@@ -1089,7 +1107,7 @@ func (r cdScaleResult) write(t *testing.T) {
 	// The whole run for the cost model (bench/cd_cost_model.py): stages,
 	// requests by client and by client and kind ("verb resource[/sub]"), and
 	// CPU seconds by program, ours and the floor's.
-	run := map[string]any{"bench": "cd_scale_run", "nodes": r.Nodes, "control_plane_qps": r.ControlPlaneQPS,
+	run := map[string]any{"bench": "cd_scale_run", "nodes": r.Nodes, "control_plane_qps": r.ControlPlaneQPS, "node_nice": r.NodeNice,
 		"window_s": r.Window.Seconds(), "running_s": r.Running.Seconds(), "requests": r.Audit.byClient,
 		"requests_by_kind": r.Audit.byVerb, "cpu_s": r.CPU, "stages": stageMap(r.Stages), "load": r.LoadAvg}
 	if r.FloorRan {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,12 @@ type Options struct {
 	// nodeconfig.GPUProfileLabel=<profile>. See gpu.go for where the mock
 	// library and the script come from.
 	GPUProfiles map[string]string
+	// Nice is the node processes' nice value (0, the default, to 19), which
+	// their containers inherit. The simulated nodes share this machine's
+	// cores with the control plane, which a real cluster runs on machines
+	// of its own; with many nodes on few cores a positive value keeps the
+	// API server answering (the rack-scale benchmark sets it).
+	Nice int
 }
 
 // Node is one node: its process (replaced when a fault restarts it) and its
@@ -65,6 +72,21 @@ type Node struct {
 
 // Pid is the node process' id.
 func (n *Node) Pid() int { return n.cmd.Process.Pid }
+
+// Nice is the node process' nice value as the kernel has it (/proc/<pid>/stat).
+func (n *Node) Nice() (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	// After the name in parentheses: state(0) ... priority(15) nice(16).
+	text := string(data)
+	fields := strings.Fields(text[strings.LastIndexByte(text, ')')+1:])
+	if len(fields) < 17 {
+		return 0, fmt.Errorf("node %s: /proc/%d/stat has %d fields after the name", n.Config.Name, n.Pid(), len(fields))
+	}
+	return strconv.Atoi(fields[16])
+}
 
 // LogPath is the node process' log (kubelet and runtime).
 func (n *Node) LogPath() string { return filepath.Join(n.Config.Dir, "node.log") }
@@ -110,6 +132,9 @@ func addressBlock() (int, *os.File, error) {
 
 // Start starts the nodes; it does not wait for them (see WaitReady).
 func Start(opts Options) (*Cluster, error) {
+	if opts.Nice < 0 || opts.Nice > 19 {
+		return nil, fmt.Errorf("harness.Options.Nice = %d: a node process can only be made nicer, 0 to 19", opts.Nice)
+	}
 	if opts.NamePrefix == "" {
 		opts.NamePrefix = "sim-node-"
 	}
@@ -238,6 +263,11 @@ func (c *Cluster) startNode(n *Node) error {
 		return err
 	}
 	cmd := exec.Command(c.opts.Simnode, "node", "--config", configPath)
+	if c.opts.Nice != 0 {
+		// nice(1) sets it before exec, so every thread the Go runtime starts
+		// has it (setpriority on a running process reaches one thread only).
+		cmd = exec.Command("nice", "-n", strconv.Itoa(c.opts.Nice), c.opts.Simnode, "node", "--config", configPath)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := c.spawner.Start(cmd, false); err != nil {
 		logFile.Close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,9 +51,11 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 		},
 	}
 	ready := map[string]bool{}
+	last := map[string]*corev1.Node{} // what the watch last said of each node, for the error
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
 		if n, ok := e.Object.(*corev1.Node); ok && want[n.Name] {
 			ready[n.Name] = nodeReady(n) && len(n.Spec.Taints) == 0
+			last[n.Name] = n
 		}
 		count := 0
 		for _, r := range ready {
@@ -66,9 +69,40 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 		if n := c.Exited(); n != nil {
 			return fmt.Errorf("node %s exited before it was Ready (log: %s)", n.Config.Name, n.LogPath())
 		}
-		return fmt.Errorf("waiting for %d nodes to be Ready: %w", len(want), err)
+		return fmt.Errorf("waiting for %d nodes to be Ready: %w; not Ready: %s", len(want), err,
+			notReadyNodes(live, ready, last))
 	}
 	return nil
+}
+
+// notReadyNodes says why each node of nodes is not in ready: its Ready
+// condition and taints as last seen, or that no Node object was seen.
+func notReadyNodes(nodes []*Node, ready map[string]bool, last map[string]*corev1.Node) string {
+	var out []string
+	for _, n := range nodes {
+		name := n.Config.Name
+		if ready[name] {
+			continue
+		}
+		obj := last[name]
+		if obj == nil {
+			out = append(out, fmt.Sprintf("%s (no Node object; log: %s)", name, n.LogPath()))
+			continue
+		}
+		why := "no Ready condition"
+		for _, cond := range obj.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				why = fmt.Sprintf("Ready=%s %s: %s (since %s)", cond.Status, cond.Reason, cond.Message,
+					cond.LastTransitionTime.Format("15:04:05"))
+			}
+		}
+		var taints []string
+		for _, taint := range obj.Spec.Taints {
+			taints = append(taints, taint.Key+":"+string(taint.Effect))
+		}
+		out = append(out, fmt.Sprintf("%s (%s; taints [%s]; log: %s)", name, why, strings.Join(taints, " "), n.LogPath()))
+	}
+	return strings.Join(out, ", ")
 }
 
 // DefaultBinary finds a tool built by test/cluster/build-tools: in

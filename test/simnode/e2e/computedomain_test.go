@@ -21,6 +21,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -216,8 +217,37 @@ func (e *cdEnvironment) createWorker(ctx context.Context, t *testing.T, ns, name
 			}},
 		},
 	}
-	_, err := e.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-	must(t, "pod "+name, err)
+	must(t, "pod "+name, createRetryingTimeouts(ctx, func() error {
+		_, err := e.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		return err
+	}))
+}
+
+// createRetryingTimeouts runs create until it succeeds or fails otherwise
+// than by the API server's own timeout (which a client retries: the object
+// may or may not exist then). AlreadyExists after a timed-out try is
+// success. The rack-scale benchmark's 128 nodes on two cores had the API
+// server time out creating a worker once the domain's daemons started.
+func createRetryingTimeouts(ctx context.Context, create func() error) error {
+	timedOut := false
+	for {
+		err := create()
+		switch {
+		case err == nil:
+			return nil
+		case timedOut && apierrors.IsAlreadyExists(err):
+			return nil
+		case (apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)) && ctx.Err() == nil:
+			timedOut = true
+			select { // a pause before the next try, as client-go's retries make
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Second):
+			}
+		default:
+			return err
+		}
+	}
 }
 
 // workerClaim waits until the pod's claim exists and returns its name.

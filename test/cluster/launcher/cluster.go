@@ -64,6 +64,10 @@ type clusterOptions struct {
 	// Client QPS of kube-controller-manager and kube-scheduler (burst
 	// twice that); 0: their defaults.
 	controllerQPS int
+	// kube-controller-manager's --node-monitor-grace-period; 0: its
+	// default (50 s). Hundreds of simulated kubelets on a few cores can
+	// miss heartbeats that kubelets on machines of their own would not.
+	nodeMonitorGrace time.Duration
 }
 
 type cluster struct {
@@ -313,7 +317,16 @@ func (c *cluster) startControllerManager() (*component, error) {
 		"--feature-gates=" + c.gates(),
 		"--profiling=false",
 		"--v=1",
-	}, c.qpsFlags()...))
+	}, append(c.qpsFlags(), c.nodeMonitorFlags()...)...))
+}
+
+// nodeMonitorFlags sets how long a node may miss heartbeats before it is
+// NotReady (nodeMonitorGrace), when asked.
+func (c *cluster) nodeMonitorFlags() []string {
+	if c.opts.nodeMonitorGrace <= 0 {
+		return nil
+	}
+	return []string{"--node-monitor-grace-period=" + c.opts.nodeMonitorGrace.String()}
 }
 
 // qpsFlags raises the client limits of kube-controller-manager and

@@ -75,6 +75,8 @@ func main() {
 		"write the API server's audit log (every request's user, user agent, verb and resource; no bodies) to DIR/logs/audit.log (env "+envAuditLog+"=1)")
 	controllerQPS := fs.Int("controller-qps", envInt(envControllerQPS),
 		"client QPS of kube-controller-manager and kube-scheduler (burst twice that); 0 keeps their defaults (20/30 and 50/100); Kubernetes' own scalability tests use 100 (env "+envControllerQPS+")")
+	nodeMonitorGrace := fs.Duration("node-monitor-grace-period", envDuration(envNodeMonitorGrace),
+		"how long a node may miss heartbeats before kube-controller-manager marks it NotReady (and, 5 minutes later, evicts its pods); 0 keeps the default, 50s. For hundreds of simulated kubelets on a few cores (env "+envNodeMonitorGrace+")")
 	fs.Usage = usage
 	_ = fs.Parse(os.Args[2:])
 	if *dir == "" {
@@ -93,7 +95,7 @@ func main() {
 		*binDir = filepath.Dir(self)
 	}
 	opts := clusterOptions{dir: absDir, binDir: *binDir, startTimeout: *timeout, auditLog: *auditLog,
-		controllerQPS: *controllerQPS}
+		controllerQPS: *controllerQPS, nodeMonitorGrace: *nodeMonitorGrace}
 	if *gates != "" {
 		opts.extraGates = strings.Split(*gates, ",")
 	}
@@ -127,6 +129,23 @@ const envAuditLog = "CLUSTER_AUDIT_LOG"
 
 // envControllerQPS is --controller-qps's environment twin.
 const envControllerQPS = "CLUSTER_CONTROLLER_QPS"
+
+// envNodeMonitorGrace is --node-monitor-grace-period's environment twin.
+const envNodeMonitorGrace = "CLUSTER_NODE_MONITOR_GRACE_PERIOD"
+
+// envDuration reads a non-negative duration from the environment (0 when unset).
+func envDuration(name string) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		fmt.Fprintf(os.Stderr, "cluster-launcher: %s=%q: want a duration, e.g. 5m\n", name, v)
+		os.Exit(2)
+	}
+	return d
+}
 
 // envInt reads a non-negative integer from the environment (0 when unset).
 func envInt(name string) int {

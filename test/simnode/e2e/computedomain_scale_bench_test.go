@@ -161,6 +161,9 @@ type cdScaleResult struct {
 	ControlPlaneQPS string
 	// NodeNice is the simulated nodes' nice value (SIMNODE_CD_SCALE_NODE_NICE).
 	NodeNice int
+	// NodeMonitorGrace is kube-controller-manager's node monitor grace
+	// period (CLUSTER_NODE_MONITOR_GRACE_PERIOD for the launcher; "default").
+	NodeMonitorGrace string
 	// Floor is the floor's run on the same cluster (FloorRan false when
 	// SIMNODE_CD_SCALE_FLOOR=0), before ours when FloorFirst.
 	Floor      floorResult
@@ -374,6 +377,10 @@ func runCDScale(t *testing.T, n, perClique int, idle time.Duration, nice int, fl
 	}
 	if data, err := os.ReadFile("/proc/loadavg"); err == nil {
 		r.LoadAvg = strings.Join(strings.Fields(string(data))[:3], " ")
+	}
+	r.NodeMonitorGrace = "default"
+	if v := os.Getenv("CLUSTER_NODE_MONITOR_GRACE_PERIOD"); v != "" && v != "0" {
+		r.NodeMonitorGrace = v
 	}
 	r.ControlPlaneQPS = "default"
 	if v := os.Getenv("CLUSTER_CONTROLLER_QPS"); v != "" && v != "0" {
@@ -1108,7 +1115,8 @@ func (r cdScaleResult) write(t *testing.T) {
 	// requests by client and by client and kind ("verb resource[/sub]"), and
 	// CPU seconds by program, ours and the floor's.
 	run := map[string]any{"bench": "cd_scale_run", "nodes": r.Nodes, "control_plane_qps": r.ControlPlaneQPS, "node_nice": r.NodeNice,
-		"window_s": r.Window.Seconds(), "running_s": r.Running.Seconds(), "requests": r.Audit.byClient,
+		"node_monitor_grace": r.NodeMonitorGrace,
+		"window_s":           r.Window.Seconds(), "running_s": r.Running.Seconds(), "requests": r.Audit.byClient,
 		"requests_by_kind": r.Audit.byVerb, "cpu_s": r.CPU, "stages": stageMap(r.Stages), "load": r.LoadAvg}
 	if r.FloorRan {
 		run["floor"] = map[string]any{"window_s": r.Floor.Window.Seconds(), "running_s": r.Floor.Running.Seconds(),

@@ -135,30 +135,34 @@ const envNodeMonitorGrace = "CLUSTER_NODE_MONITOR_GRACE_PERIOD"
 
 // envDuration reads a non-negative duration from the environment (0 when unset).
 func envDuration(name string) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return 0
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		fmt.Fprintf(os.Stderr, "cluster-launcher: %s=%q: want a duration, e.g. 5m\n", name, v)
-		os.Exit(2)
-	}
-	return d
+	return envValue(name, "a duration, e.g. 5m", func(v string) (time.Duration, bool) {
+		d, err := time.ParseDuration(v)
+		return d, err == nil && d >= 0
+	})
 }
 
 // envInt reads a non-negative integer from the environment (0 when unset).
 func envInt(name string) int {
+	return envValue(name, "a non-negative integer", func(v string) (int, bool) {
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n >= 0
+	})
+}
+
+// envValue parses the environment variable name (the zero value when unset)
+// and exits naming it and what it wants when parse refuses it.
+func envValue[T any](name, want string, parse func(string) (T, bool)) T {
+	var zero T
 	v := os.Getenv(name)
 	if v == "" {
-		return 0
+		return zero
 	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		fmt.Fprintf(os.Stderr, "cluster-launcher: %s=%q: want a non-negative integer\n", name, v)
+	parsed, ok := parse(v)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "cluster-launcher: %s=%q: want %s\n", name, v, want)
 		os.Exit(2)
 	}
-	return n
+	return parsed
 }
 
 func fatal(err error) {

@@ -54,8 +54,9 @@ type Options struct {
 	// Nice is the node processes' nice value (0, the default, to 19), which
 	// their containers inherit. The simulated nodes share this machine's
 	// cores with the control plane, which a real cluster runs on machines
-	// of its own; with many nodes on few cores a positive value keeps the
-	// API server answering (the rack-scale benchmark sets it).
+	// of its own; a positive value lets the control plane go first. The
+	// rack-scale benchmark takes it from SIMNODE_CD_SCALE_NODE_NICE
+	// (bench/README.md says what it changes, both ways).
 	Nice int
 }
 

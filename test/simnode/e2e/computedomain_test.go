@@ -11,6 +11,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,11 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
@@ -223,6 +226,16 @@ func (e *cdEnvironment) createWorker(ctx context.Context, t *testing.T, ns, name
 	}))
 }
 
+// unansweredCreate says whether err leaves a create's outcome unknown, so
+// that trying again is what a client does: the API server's own timeout, or
+// the HTTP/2 stream it reset when its handler gave up (the 128-node run's
+// third attempt stopped at "stream error: ... INTERNAL_ERROR").
+func unansweredCreate(err error) bool {
+	var stream http2.StreamError
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || errors.As(err, &stream) ||
+		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
+}
+
 // createRetryingTimeouts runs create until it succeeds or fails otherwise
 // than by the API server's own timeout (which a client retries: the object
 // may or may not exist then). AlreadyExists after a timed-out try is
@@ -237,7 +250,7 @@ func createRetryingTimeouts(ctx context.Context, create func() error) error {
 			return nil
 		case timedOut && apierrors.IsAlreadyExists(err):
 			return nil
-		case (apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)) && ctx.Err() == nil:
+		case unansweredCreate(err) && ctx.Err() == nil:
 			timedOut = true
 			select { // a pause before the next try, as client-go's retries make
 			case <-ctx.Done():

@@ -23,7 +23,8 @@ package e2e
 // gives the cluster's background request rate. SIMNODE_CD_SCALE_NODE_NICE
 // (0 to 19, default 0) starts the node processes, and so every pod's
 // processes, at that nice value: the control plane, which a real cluster
-// runs on machines of its own, then comes first on this machine's cores. Writes JSON lines to
+// runs on machines of its own, then comes first on this machine's cores
+// (figures cd_scale.<N>.node_nice_<n>.*). Writes JSON lines to
 // SIMNODE_CD_SCALE_OUT when set (bench/collect.py makes them cd_scale.<N>.*).
 
 import (
@@ -1081,8 +1082,15 @@ func (r cdScaleResult) write(t *testing.T) {
 	must(t, "open "+path, err)
 	defer f.Close()
 	emit := func(name string, value float64, unit string) {
+		// Another control plane or another node priority: another figure.
+		if r.NodeMonitorGrace != "default" {
+			name = "node_grace_" + r.NodeMonitorGrace + "." + name
+		}
+		if r.NodeNice != 0 {
+			name = fmt.Sprintf("node_nice_%d.%s", r.NodeNice, name)
+		}
 		if r.ControlPlaneQPS != "default" {
-			name = "cp_qps_" + r.ControlPlaneQPS + "." + name // another control plane, another figure
+			name = "cp_qps_" + r.ControlPlaneQPS + "." + name
 		}
 		line, _ := json.Marshal(map[string]any{"bench": "cd_scale", "nodes": r.Nodes, "name": name, "value": value, "unit": unit})
 		fmt.Fprintln(f, string(line))

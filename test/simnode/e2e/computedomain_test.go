@@ -220,7 +220,7 @@ func (e *cdEnvironment) createWorker(ctx context.Context, t *testing.T, ns, name
 			}},
 		},
 	}
-	must(t, "pod "+name, createRetryingTimeouts(ctx, func() error {
+	must(t, "pod "+name, createRetryingUnanswered(ctx, func() error {
 		_, err := e.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	}))
@@ -236,12 +236,12 @@ func unansweredCreate(err error) bool {
 		utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err)
 }
 
-// createRetryingTimeouts runs create until it succeeds or fails otherwise
-// than by the API server's own timeout (which a client retries: the object
-// may or may not exist then). AlreadyExists after a timed-out try is
+// createRetryingUnanswered runs create until it succeeds or fails otherwise
+// than unansweredCreate says (which a client retries: the object may or may
+// not exist then). AlreadyExists after a timed-out try is
 // success. The rack-scale benchmark's 128 nodes on two cores had the API
 // server time out creating a worker once the domain's daemons started.
-func createRetryingTimeouts(ctx context.Context, create func() error) error {
+func createRetryingUnanswered(ctx context.Context, create func() error) error {
 	timedOut := false
 	for {
 		err := create()
